@@ -1,0 +1,100 @@
+"""Sample sets: inputs stacked along a leading sample axis, with optional labels.
+
+An `.npz` names its arrays after the model's inputs (or `input_0`, `input_1`, ...); the first
+axis counts samples. For an input of shape (1, C, H, W) the file may hold (N, C, H, W) or
+(N, 1, C, H, W). An array called `labels` holds class indices for task accuracy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.errors import BadInput
+from edgekit.signature import Signature
+
+LABELS = "labels"
+
+
+@dataclass(frozen=True)
+class SampleSet:
+    source: str
+    inputs: dict  # input name → array of shape (N, *spec.shape)
+    labels: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(next(iter(self.inputs.values())))
+
+    def head(self, n: int) -> "SampleSet":
+        return SampleSet(self.source, {k: v[:n] for k, v in self.inputs.items()},
+                         None if self.labels is None else self.labels[:n])
+
+
+def load_samples(path: str | Path, signature: Signature, *, what: str = "eval data") -> SampleSet:
+    """Load and validate an .npz against `signature`; every problem names the input and the fix."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{what} not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except (ValueError, OSError, EOFError) as e:
+        raise BadInput(f"cannot read {what} {path}: {e}", fix="save it with numpy.savez") from None
+    labels = arrays.pop(LABELS, None)
+    names = signature.input_names
+    positional = [f"input_{i}" for i in range(len(names))]
+    if set(arrays) == set(positional) and set(arrays) != set(names):
+        arrays = {names[i]: arrays[f"input_{i}"] for i in range(len(names))}
+    unknown = sorted(set(arrays) - set(names))
+    if unknown:
+        raise BadInput(f"{what} {path.name} has key(s) {unknown} that are not inputs of the model",
+                       fix=f"name the arrays after the inputs: {', '.join(names)} (or input_0, input_1, ...)")
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise BadInput(f"{what} {path.name} has no array for input(s) {missing}",
+                       fix=f"expected {signature.describe()}, with a leading sample axis")
+    stacked = {}
+    for spec in signature.inputs:
+        arr = arrays[spec.name]
+        if arr.shape[1:] == spec.shape:
+            pass
+        elif spec.shape[0] == 1 and arr.shape[1:] == spec.shape[1:]:
+            arr = arr.reshape((arr.shape[0],) + spec.shape)
+        else:
+            raise BadInput(
+                f"{what} {path.name}: input {spec.name!r} has shape {arr.shape}, expected (N, {', '.join(map(str, spec.shape[1:]))})"
+                f" or (N, {', '.join(map(str, spec.shape))}) for the model's {spec.describe()}")
+        if len(arr) == 0:
+            raise BadInput(f"{what} {path.name}: input {spec.name!r} holds no samples")
+        if np.dtype(arr.dtype) != np.dtype(spec.dtype):
+            if arr.dtype.kind == "f" and np.dtype(spec.dtype).kind == "f":
+                arr = arr.astype(spec.dtype)
+            else:
+                raise BadInput(f"{what} {path.name}: input {spec.name!r} is {arr.dtype}, the model takes {spec.dtype}")
+        if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+            bad = int(np.sum(~np.isfinite(arr).reshape(len(arr), -1).all(axis=1)))
+            raise BadInput(f"{what} {path.name}: input {spec.name!r} contains NaN or Inf in {bad} sample(s)")
+        stacked[spec.name] = np.array(arr, copy=True)
+    counts = {len(v) for v in stacked.values()}
+    if len(counts) != 1:
+        raise BadInput(f"{what} {path.name}: inputs have different sample counts {sorted(counts)}")
+    if labels is not None:
+        labels = np.asarray(labels).reshape(-1)
+        n = len(next(iter(stacked.values())))
+        if len(labels) != n:
+            raise BadInput(f"{what} {path.name}: {len(labels)} labels for {n} samples")
+    return SampleSet(str(path), stacked, labels)
+
+
+def random_samples(signature: Signature, n: int, seed: int = 0) -> SampleSet:
+    """Seeded random inputs fitting the signature (verification without data; warned about)."""
+    rng = np.random.default_rng(seed)
+    inputs = {}
+    for spec in signature.inputs:
+        if np.dtype(spec.dtype).kind == "f":
+            inputs[spec.name] = rng.standard_normal((n,) + spec.shape).astype(spec.dtype)
+        else:
+            inputs[spec.name] = rng.integers(0, 2, (n,) + spec.shape).astype(spec.dtype)
+    return SampleSet("random", inputs, None)

@@ -1,0 +1,33 @@
+"""edgekit: PyTorch models to LiteRT/TFLite, ExecuTorch and ONNX, each proven in its own runtime.
+
+Importing edgekit loads no framework; torch, litert, executorch and onnxruntime are imported
+by the converter or runner that needs them.
+"""
+
+from edgekit.artifact import ModelArtifact
+from edgekit.errors import BadInput, ConversionFailed, EdgekitError, MissingDependency
+from edgekit.formats import detect
+from edgekit.signature import Signature, TensorSpec
+
+__version__ = "0.1.0"
+__all__ = [
+    "BadInput",
+    "ConversionFailed",
+    "EdgekitError",
+    "MissingDependency",
+    "ModelArtifact",
+    "Signature",
+    "TensorSpec",
+    "convert",
+    "detect",
+]
+
+
+def convert(source: str, targets=("all",), **options):
+    """Convert `source` to `targets`, verify each artifact in its runtime; see ConvertRequest."""
+    from edgekit.loading import SourceOptions
+    from edgekit.pipeline import ConvertRequest, convert as run
+
+    source_keys = {"trust_pickle", "model_class", "input_shapes", "example_inputs"}
+    src_opts = SourceOptions(**{k: options.pop(k) for k in list(options) if k in source_keys})
+    return run(ConvertRequest(source, tuple(targets), source_options=src_opts, **options))

@@ -1,0 +1,158 @@
+"""Typer application. Frameworks are imported only inside commands, never at start-up."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from edgekit.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EdgekitError
+
+app = typer.Typer(
+    name="edgekit",
+    help="Convert PyTorch models to edge formats (tflite, executorch, onnx) and prove each one in its own runtime.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_state = {"debug": bool(os.environ.get("EDGEKIT_DEBUG"))}
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _stderr():
+    """A writer to the real standard error that survives converters redirecting fd 2."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return sys.stderr  # captured (tests): write where we are told
+    return os.fdopen(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace")
+
+
+def handled(fn):
+    """Map edgekit errors to their exit codes with one clear line; hide tracebacks unless --debug."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except EdgekitError as e:
+            if _state["debug"]:
+                traceback.print_exc()
+            line = f"edgekit: error: {e.message}"
+            if e.fix:
+                line += f" — fix: {e.fix}"
+            print(line, file=sys.stderr)
+            raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:
+            print("edgekit: interrupted; no partial output was left", file=sys.stderr)
+            raise typer.Exit(130) from None
+        except Exception as e:  # a bug
+            if _state["debug"]:
+                traceback.print_exc()
+            print(f"edgekit: internal error: {type(e).__name__}: {e} (this is a bug; rerun with --debug "
+                  "for the traceback)", file=sys.stderr)
+            raise typer.Exit(EXIT_INTERNAL) from None
+
+    return wrapper
+
+
+@app.callback()
+def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False):
+    if debug:
+        _state["debug"] = True
+
+
+@app.command()
+@handled
+def convert(
+    model: Annotated[str, typer.Argument(help="A .pt2/.pt file or a module:factory import spec.")],
+    target: Annotated[list[str], typer.Option("--target", "-t", help="tflite, executorch (pte) or onnx; repeat, or 'all'.")] = ["all"],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("edgekit-out"),
+    precision: Annotated[str, typer.Option("--precision", "-p", help="fp32 (more in later releases).")] = "fp32",
+    eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs (and optional 'labels') to verify on.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Write the JSON report to stdout; human output to stderr.")] = False,
+    input_shape: Annotated[list[str], typer.Option("--input-shape", help="NAME=1,3,224,224 (repeat per input).")] = [],
+    example_inputs: Annotated[Optional[Path], typer.Option("--example-inputs", help=".npz with one example per input.")] = None,
+    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help="Allow unpickling a full module (runs its code).")] = False,
+    model_class: Annotated[Optional[str], typer.Option("--model-class", help="module:Class for a state_dict.")] = None,
+    threshold: Annotated[list[str], typer.Option("--threshold", help="Override a metric threshold, e.g. cosine=0.999.")] = [],
+):
+    """Convert MODEL to each target and verify every artifact against the source model."""
+    from edgekit.cli.render import Reporter, render_result
+    from edgekit.loading import SourceOptions
+    from edgekit.pipeline import ConvertRequest
+    from edgekit.pipeline import convert as run
+    from edgekit.verify import parse_thresholds
+
+    reporter = Reporter(_stderr())
+    request = ConvertRequest(
+        source=model, targets=tuple(target), out_dir=str(out), precision=precision,
+        eval_data=str(eval_data) if eval_data else None, thresholds=parse_thresholds(threshold),
+        source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
+                                     str(example_inputs) if example_inputs else None),
+    )
+    result = run(request, progress=reporter.step)
+    if as_json:
+        render_result(result, reporter.console)
+        sys.stdout.write(json.dumps(_finite(result.to_json()), indent=2, allow_nan=False) + "\n")
+    else:
+        render_result(result, None)
+    if result.failed:
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+@app.command()
+@handled
+def graph(as_json: Annotated[bool, typer.Option("--json", help="Print the graph as JSON.")] = False):
+    """Show every converter edge and target runtime, and whether each is available here."""
+    from edgekit.cli.render import render_graph
+    from edgekit.registry import converters
+    from edgekit.targets import TARGETS
+
+    edges = sorted(converters().values(), key=lambda c: (c.source, c.target))
+    if as_json:
+        doc = {"schema": "edgekit.graph/1", "edges": [
+            {"name": c.name, "source": c.source, "target": c.target, "precisions": list(c.precisions),
+             "extra": c.extra, "cost": c.cost, "available": c.available(), "missing": list(c.missing())}
+            for c in edges]}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    render_graph(edges, list(TARGETS.values()))
+
+
+@app.command()
+@handled
+def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("demo-out")):
+    """Convert the bundled digits CNN to every target and verify each on the digits eval split."""
+    from edgekit.errors import BadInput
+
+    samples = REPO / "sample_models"
+    model, eval_data = samples / "digits_cnn.pt2", samples / "digits_eval.npz"
+    if not model.is_file():
+        raise BadInput(f"the bundled sample model is not here ({model})", fix="run edgekit demo from a checkout of edgekit")
+    print(f"edgekit demo: {model.relative_to(REPO)} → tflite, executorch, onnx; verified on {eval_data.name}",
+          file=sys.stderr)
+    convert(str(model), ["all"], out, "fp32", eval_data, False, [], None, False, None, [])
+
+
+def _finite(obj):
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,90 @@
+"""Human-readable output: progress lines, result tables, the graph."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skipped": "yellow"}
+
+
+class Reporter:
+    """Progress on standard error: one line per step, with the time since the run started."""
+
+    def __init__(self, stream):
+        self.console = _console(stream)
+        self.started = time.perf_counter()
+
+    def step(self, message: str) -> None:
+        self.console.print(f"[dim]{time.perf_counter() - self.started:6.1f}s[/dim] {message}")
+
+
+def _console(stream=None) -> Console:
+    """A console that keeps tables readable when the output is piped (rich assumes 80 columns)."""
+    console = Console(file=stream, highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = 140
+    return console
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _fmt(v, digits: int = 6) -> str:
+    if v is None:
+        return "∞"
+    return f"{v:.{digits}g}"
+
+
+def render_result(result, console: Console | None) -> None:
+    console = console or _console()
+    src = result.source
+    console.print(f"\n[bold]{src.path}[/bold] ({src.format}, {src.signature.describe()})")
+    table = Table(show_header=True, header_style="bold")
+    for col in ("target", "precision", "size", "verdict", "cosine", "max_abs", "sqnr_db", "top1", "accuracy src → artifact"):
+        table.add_column(col, justify="right" if col not in ("target", "precision", "verdict") else "left")
+    for r in result.artifacts:
+        m = r.verdict.metrics.get("output_0", {})
+        acc = r.verdict.task_accuracy
+        acc_text = f"{acc['reference'] * 100:.2f}% → {acc['artifact'] * 100:.2f}%" if acc else "—"
+        top1 = m.get("top1_agreement")
+        table.add_row(
+            r.target, r.artifact.precision, _size(r.artifact.bytes),
+            f"[{STATUS_STYLE[r.verdict.status]}]{r.verdict.status}[/]",
+            f"{m['cosine']:.6f}" if m else "—", _fmt(m.get("max_abs"), 3) if m else "—",
+            _fmt(m.get("sqnr_db"), 4) if m else "—", f"{top1 * 100:.1f}%" if top1 is not None else "—", acc_text,
+        )
+    console.print(table)
+    for r in result.artifacts:
+        extra = f" (+{len(r.artifact.files) - 1} data file)" if len(r.artifact.files) > 1 else ""
+        console.print(f"  {r.target}: {r.artifact.path}{extra}  [dim]route {' → '.join(r.artifact.meta.get('route', []))},"
+                      f" {r.artifact.meta.get('seconds', 0):.1f} s[/dim]")
+        for reason in r.verdict.reasons:
+            console.print(f"    [red]✗ {reason}[/red]")
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def render_graph(edges, targets) -> None:
+    console = _console()
+    table = Table(title="converter edges", header_style="bold")
+    for col in ("edge", "from", "to", "precisions", "extra", "available here"):
+        table.add_column(col)
+    for c in edges:
+        avail = "[green]yes[/green]" if c.available() else f"[red]no[/red] — pip install 'edgekit[{c.extra}]'"
+        table.add_row(c.name, c.source, c.target, ", ".join(c.precisions), c.extra, avail)
+    console.print(table)
+    rt = Table(title="targets and the runtimes that verify them", header_style="bold")
+    for col in ("target", "format", "verified with"):
+        rt.add_column(col)
+    for t in targets:
+        name = t.name + (f" ({', '.join(t.aliases)})" if t.aliases else "") + (" [legacy]" if t.legacy else "")
+        rt.add_row(name, t.extension, t.runtime)
+    console.print(rt)

@@ -1,0 +1,160 @@
+"""Model formats and their detection by content: bytes first, the extension only as a hint."""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgekit.errors import BadInput
+
+
+@dataclass(frozen=True)
+class Format:
+    id: str
+    family: str  # "torch", "tf", or the format's own id for artifacts
+    extensions: tuple[str, ...]
+    description: str
+
+
+FORMATS: dict[str, Format] = {
+    f.id: f
+    for f in (
+        Format("torch-export", "torch", (".pt2", ".pt"), "ExportedProgram archive (torch.export.save)"),
+        Format("torchscript", "torch", (".pt", ".pth"), "TorchScript archive (torch.jit.save)"),
+        Format("torch-pickle", "torch", (".pt", ".pth", ".bin"), "pickled module or state_dict (torch.save)"),
+        Format("torch-python", "torch", (), "Python import spec module:factory"),
+        Format("tf-savedmodel", "tf", (), "TensorFlow SavedModel directory"),
+        Format("keras", "tf", (".keras", ".h5"), "Keras model file"),
+        Format("onnx", "onnx", (".onnx",), "ONNX ModelProto"),
+        Format("tflite", "tflite", (".tflite",), "LiteRT/TFLite flatbuffer"),
+        Format("pte", "pte", (".pte",), "ExecuTorch program"),
+        Format("ptl", "ptl", (".ptl",), "PyTorch Mobile lite-interpreter archive"),
+        Format("ort", "ort", (".ort",), "ONNX Runtime mobile format"),
+    )
+}
+
+# A Python import spec: dotted.module:attribute (never an existing path).
+IMPORT_SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
+
+_ZIP_MAGIC = b"PK\x03\x04"
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
+
+def _flatbuffer_id(head: bytes) -> bytes:
+    return head[4:8] if len(head) >= 8 else b""
+
+
+def _zip_kind(path: Path) -> str | None:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return "corrupt"
+    leaves = {n.split("/", 1)[1] if "/" in n else n for n in names}
+    if "archive_format" in leaves or any(n.startswith("models/") and n.endswith(".json") for n in leaves):
+        return "torch-export"
+    if "bytecode.pkl" in leaves:
+        return "ptl"
+    if "constants.pkl" in leaves and any(n.startswith("code/") for n in leaves):
+        return "torchscript"
+    if "data.pkl" in leaves:
+        return "torch-pickle"
+    if "config.json" in leaves and any(n.endswith(".weights.h5") for n in leaves):
+        return "keras"
+    return None
+
+
+def detect(location: str | Path) -> str:
+    """Return the format id of a model file, directory or import spec.
+
+    Raises BadInput with the reason when the location is missing, empty, truncated, or holds
+    something edgekit does not read, and when the content contradicts the extension.
+    """
+    text = str(location)
+    path = Path(text)
+    if not path.exists():
+        if IMPORT_SPEC.match(text):
+            return "torch-python"
+        raise BadInput(f"model not found: {text}", fix="check the path (or give an import spec module:factory)")
+    if path.is_dir():
+        if (path / "saved_model.pb").is_file():
+            return "tf-savedmodel"
+        raise BadInput(
+            f"{text} is a directory but not a TensorFlow SavedModel (no saved_model.pb inside)",
+            fix="point at a SavedModel directory or at a model file",
+        )
+    size = path.stat().st_size
+    if size == 0:
+        raise BadInput(f"{text} is empty (0 bytes)", fix="re-save the model; the file was not written completely")
+    with open(path, "rb") as f:
+        head = f.read(16)
+    ext = path.suffix.lower()
+
+    found: str | None = None
+    if head.startswith(_ZIP_MAGIC):
+        found = _zip_kind(path)
+        if found == "corrupt":
+            raise BadInput(
+                f"{text} is a damaged or truncated zip archive",
+                fix="re-save it (torch.export.save / torch.jit.save) and copy the whole file",
+            )
+    elif head.startswith(_HDF5_MAGIC):
+        found = "keras"
+    elif head[:1] == b"\x80" and ext in (".pt", ".pth", ".bin", ".pkl"):
+        found = "torch-pickle"  # a legacy (non-zip) torch.save pickle
+    else:
+        ident = _flatbuffer_id(head)
+        if ident == b"TFL3":
+            found = "tflite"
+        elif ident[:2] == b"ET":
+            found = "pte"
+        elif ident == b"ORTM":
+            found = "ort"
+        elif ext == ".onnx" or head[:1] == b"\x08":
+            found = _onnx_if_parsable(path)
+
+    if found is None:
+        if ext in (".pt", ".pt2", ".pth"):
+            kind = "text" if _looks_like_text(head) else "unrecognised bytes"
+            raise BadInput(
+                f"{text} is not a PyTorch model: its content is {kind}",
+                fix="save it with torch.export.save (.pt2) or torch.jit.save (.pt)",
+            )
+        known = ", ".join(sorted({e for f in FORMATS.values() for e in f.extensions}))
+        raise BadInput(f"{text}: unrecognised model format", fix=f"edgekit reads {known}, SavedModel directories and module:factory specs")
+    if ext == ".pt2" and found != "torch-export":
+        raise BadInput(
+            f"{text} is named .pt2 but holds a {FORMATS[found].description}, not an ExportedProgram",
+            fix="rename it to match its content, or re-save with torch.export.save",
+        )
+    if ext in {e for f in FORMATS.values() for e in f.extensions} and ext not in FORMATS[found].extensions:
+        raise BadInput(
+            f"{text} is named {ext} but holds a {FORMATS[found].description}",
+            fix=f"rename it with one of {', '.join(FORMATS[found].extensions) or 'no extension'}",
+        )
+    return found
+
+
+def _looks_like_text(head: bytes) -> bool:
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _onnx_if_parsable(path: Path) -> str | None:
+    """ONNX has no magic number: it is an ONNX file when the protobuf parses as a ModelProto."""
+    try:
+        import onnx
+    except ImportError:
+        return "onnx" if path.suffix.lower() == ".onnx" else None
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:
+        if path.suffix.lower() == ".onnx":
+            raise BadInput(f"{path} is named .onnx but is not a readable ONNX model", fix="re-export it") from None
+        return None
+    return "onnx" if model.graph.node or model.graph.input else None

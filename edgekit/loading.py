@@ -1,0 +1,263 @@
+"""Opening source models safely and reading their input signature.
+
+Only this module and the converters touch torch; it is imported lazily, when a model is opened.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit.artifact import ModelArtifact
+from edgekit.deps import require
+from edgekit.errors import BadInput
+from edgekit.formats import FORMATS, detect
+from edgekit.signature import Signature, TensorSpec, check_against, parse_input_shapes
+
+_TORCH_DTYPES = {"float32": "float32", "float16": "float16", "int64": "int64", "int32": "int32",
+                 "int8": "int8", "uint8": "uint8", "bool": "bool"}
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """How to open a source model: trust, the class for a state_dict, and the input signature."""
+
+    trust_pickle: bool = False
+    model_class: str | None = None
+    input_shapes: tuple[str, ...] = ()
+    example_inputs: str | None = None
+
+
+def _import_spec(spec: str, what: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise BadInput(f"{what} {spec!r} is not an import spec", fix="write it as package.module:name")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise BadInput(f"cannot import {module_name!r} for {what} {spec}: {e}", fix="check the module is on PYTHONPATH") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise BadInput(f"{module_name} has no attribute {attr!r} ({what} {spec})") from None
+
+
+class TorchSource:
+    """A loaded PyTorch source model: its module, its signature and, lazily, an ExportedProgram."""
+
+    def __init__(self, artifact: ModelArtifact, module: Any, exported: Any | None = None):
+        self.artifact = artifact
+        self.module = module
+        self._exported = exported
+
+    @property
+    def signature(self) -> Signature:
+        return self.artifact.signature
+
+    def example_args(self) -> tuple:
+        """Seeded example inputs that fit the signature (fresh, contiguous copies)."""
+        import torch
+
+        rng = np.random.default_rng(0)
+        args = []
+        for spec in self.signature.inputs:
+            if spec.dtype.startswith("float"):
+                arr = rng.standard_normal(spec.shape).astype(spec.dtype)
+            else:
+                arr = rng.integers(0, 2, spec.shape).astype(spec.dtype)
+            args.append(torch.from_numpy(arr.copy()))
+        return tuple(args)
+
+    def exported(self):
+        """The ExportedProgram: the loaded one for a .pt2, else torch.export of the module."""
+        if self._exported is None:
+            import torch
+
+            self._exported = torch.export.export(self.module, self.example_args())
+        return self._exported
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run the module once on one sample; outputs flattened in order."""
+        import torch
+
+        args = [torch.from_numpy(np.array(feeds[s.name], copy=True)) for s in self.signature.inputs]
+        with torch.no_grad():
+            out = self.module(*args)
+        return [t.detach().cpu().numpy() for t in _flatten(out)]
+
+
+def _flatten(out: Any) -> list:
+    if isinstance(out, (list, tuple)):
+        return [t for o in out for t in _flatten(o)]
+    if isinstance(out, dict):
+        return [t for k in out for t in _flatten(out[k])]
+    return [out]
+
+
+def open_source(location: str, options: SourceOptions = SourceOptions()) -> TorchSource:
+    """Open a PyTorch source model: detect its format, load it safely, settle its signature."""
+    fmt = detect(location)
+    if FORMATS[fmt].family != "torch":
+        raise BadInput(f"{location} is a {FORMATS[fmt].description}; edgekit converts PyTorch sources here",
+                       fix="give a .pt2, .pt or module:factory")
+    require("torch", f"reading {location}")
+    import torch
+
+    declared = _declared_inputs(options)
+    exported = None
+    if fmt == "torch-export":
+        exported = _load_exported(location)
+        module = exported.module()
+        sig = _signature_of_exported(exported, declared, location)
+    else:
+        module = _load_module(fmt, location, options)
+        if declared is None:
+            raise BadInput(
+                f"{location} ({FORMATS[fmt].description}) does not record its input shapes",
+                fix="pass --input-shape NAME=1,3,224,224 (once per input) or --example-inputs x.npz",
+            )
+        sig = Signature(declared)
+        _check_fits(module, sig, location)
+
+    if hasattr(module, "eval") and fmt != "torch-export":
+        module.eval()
+    sig = Signature(sig.inputs, _output_specs(module, sig), sig.layout)
+    files = (location,) if Path(location).is_file() else ()
+    artifact = ModelArtifact(fmt, location, sig, "fp32", files, {"torch": torch.__version__})
+    return TorchSource(artifact, module, exported)
+
+
+def _declared_inputs(options: SourceOptions) -> tuple[TensorSpec, ...] | None:
+    if options.input_shapes and options.example_inputs:
+        raise BadInput("give either --input-shape or --example-inputs, not both")
+    if options.input_shapes:
+        return parse_input_shapes(options.input_shapes)
+    if options.example_inputs:
+        path = Path(options.example_inputs)
+        if not path.is_file():
+            raise BadInput(f"example inputs not found: {path}")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                return tuple(TensorSpec(k, tuple(int(d) for d in data[k].shape), str(data[k].dtype)) for k in data.files)
+        except (ValueError, OSError) as e:
+            raise BadInput(f"cannot read example inputs {path}: {e}", fix="save them with numpy.savez") from None
+    return None
+
+
+def _load_exported(location: str):
+    import torch
+
+    try:
+        return torch.export.load(location)
+    except Exception as e:  # torch raises many types for a damaged archive
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadInput(f"{location} cannot be read as an ExportedProgram: {first}",
+                       fix="re-save it with torch.export.save") from None
+
+
+def _signature_of_exported(ep, declared, location: str) -> Signature:
+    import torch
+
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    specs = []
+    for name in ep.graph_signature.user_inputs:
+        val = placeholders[name].meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise BadInput(f"{location}: input {name!r} is not a tensor; edgekit converts tensor inputs only")
+        dims = []
+        for d in val.shape:
+            if not isinstance(d, int):
+                dims = None
+                break
+            dims.append(d)
+        dtype = _TORCH_DTYPES.get(str(val.dtype).replace("torch.", ""), None)
+        if dtype is None:
+            raise BadInput(f"{location}: input {name!r} has dtype {val.dtype}, which edgekit does not handle")
+        if dims is None:
+            if declared is None:
+                raise BadInput(f"{location}: input {name!r} has a dynamic shape",
+                               fix=f"pass --input-shape {name}=... with the shape to convert for")
+            dims = list(next((s.shape for s in declared if s.name == name), declared[len(specs)].shape))
+        specs.append(TensorSpec(name, tuple(dims), dtype))
+    sig = Signature(tuple(specs))
+    if declared is not None:
+        check_against(declared, sig, source="--input-shape/--example-inputs")
+    return sig
+
+
+def _load_module(fmt: str, location: str, options: SourceOptions):
+    import torch
+
+    if fmt == "torch-python":
+        factory = _import_spec(location, "model factory")
+        model = factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
+        if not isinstance(model, torch.nn.Module):
+            raise BadInput(f"{location} returned {type(model).__name__}, not a torch.nn.Module")
+        return model
+    if fmt == "torchscript":
+        try:
+            return torch.jit.load(location, map_location="cpu")
+        except Exception as e:
+            raise BadInput(f"{location} cannot be read as TorchScript: {str(e).strip().splitlines()[0]}") from None
+    # torch-pickle: never run the pickle's code unless the user trusts it.
+    if options.trust_pickle:
+        try:
+            obj = torch.load(location, map_location="cpu", weights_only=False)
+        except Exception as e:
+            raise BadInput(f"{location} cannot be unpickled: {e}") from None
+    else:
+        try:
+            obj = torch.load(location, map_location="cpu", weights_only=True)
+        except Exception:
+            raise BadInput(
+                f"{location} is a pickled Python object, and unpickling it could run arbitrary code; refused",
+                fix="re-save the model with torch.export.save, or pass --trust-pickle if you trust its author",
+            ) from None
+    if isinstance(obj, torch.nn.Module):
+        return obj
+    if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        if not options.model_class:
+            raise BadInput(f"{location} holds a state_dict (weights without the model)",
+                           fix="pass --model-class package.module:Class to build the model they belong to")
+        cls = _import_spec(options.model_class, "--model-class")
+        model = cls()
+        try:
+            model.load_state_dict(obj, strict=True)
+        except RuntimeError as e:
+            raise BadInput(f"{location} does not fit {options.model_class}: {str(e).splitlines()[0]}") from None
+        return model
+    raise BadInput(f"{location} holds a {type(obj).__name__}, not a model or a state_dict")
+
+
+def _check_fits(module, sig: Signature, location: str) -> None:
+    import torch
+
+    args = [torch.zeros(s.shape, dtype=getattr(torch, s.dtype)) for s in sig.inputs]
+    try:
+        with torch.no_grad():
+            module(*args)
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadInput(f"input shape {sig.describe()} does not fit {location}: {msg}",
+                       fix="pass the --input-shape the model was built for") from None
+
+
+def _output_specs(module, sig: Signature) -> tuple[TensorSpec, ...]:
+    import torch
+
+    args = [torch.zeros(s.shape, dtype=getattr(torch, s.dtype)) for s in sig.inputs]
+    with torch.no_grad():
+        outs = _flatten(module(*args))
+    return tuple(
+        TensorSpec(f"output_{i}", tuple(int(d) for d in o.shape) or (1,),
+                   _TORCH_DTYPES.get(str(o.dtype).replace("torch.", ""), "float32"))
+        for i, o in enumerate(outs)
+    )

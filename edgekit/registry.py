@@ -1,0 +1,119 @@
+"""Converters: the edges of the graph. One base class, one manifest, one lookup."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, ClassVar
+
+from edgekit.artifact import ModelArtifact
+from edgekit.deps import EXTRAS, missing_modules, versions
+from edgekit.errors import ConversionFailed, EdgekitError, MissingDependency
+from edgekit.formats import FORMATS, detect
+
+PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
+
+# Built-in converters, imported only when the graph is built. Converter modules import their
+# framework inside convert(), so loading a class costs nothing heavy.
+MANIFEST: dict[str, str] = {
+    "torch_to_tflite": "edgekit.converters.torch_to_tflite:TorchToTflite",
+    "torch_to_pte": "edgekit.converters.torch_to_pte:TorchToPte",
+    "torch_to_onnx": "edgekit.converters.torch_to_onnx:TorchToOnnx",
+}
+ENTRY_POINT_GROUP = "edgekit.converters"
+
+
+def node_of(fmt: str) -> str:
+    """The graph node of a format: every PyTorch source format is the node 'torch'."""
+    return "torch" if FORMATS[fmt].family == "torch" else fmt
+
+
+class Converter:
+    """One edge of the converter graph.
+
+    Subclasses declare `source` and `target` nodes, the `precisions` they can produce, the
+    `extra` that installs their framework and a `cost`, and implement `convert()`. Calling the
+    converter checks the input, runs `convert`, checks the output and names the converter in
+    any failure.
+    """
+
+    name: ClassVar[str]
+    source: ClassVar[str]
+    target: ClassVar[str]
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    extra: ClassVar[str]
+    cost: ClassVar[float] = 1.0
+    tools: ClassVar[tuple[str, ...]] = ()  # modules whose versions go in the report
+
+    @classmethod
+    def missing(cls) -> tuple[str, ...]:
+        return missing_modules(EXTRAS[cls.extra])
+
+    @classmethod
+    def available(cls) -> bool:
+        return not cls.missing()
+
+    @classmethod
+    def accepts(cls, in_precision: str, out_precision: str) -> bool:
+        """Whether this edge turns a model at `in_precision` into one at `out_precision`."""
+        return in_precision == "fp32" and out_precision in cls.precisions
+
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: Any) -> ModelArtifact:
+        raise NotImplementedError
+
+    def __call__(self, src: ModelArtifact, out_path: Path, precision: str, ctx: Any) -> ModelArtifact:
+        if node_of(src.format) != self.source:
+            raise ConversionFailed(f"expects a {self.source} model, got {src.format}", converter=self.name)
+        if not self.accepts(src.precision, precision):
+            raise ConversionFailed(f"cannot make {precision} from a {src.precision} model", converter=self.name)
+        if self.missing():
+            raise MissingDependency(f"the {self.source} → {self.target} converter", self.extra, self.missing())
+        started = time.perf_counter()
+        try:
+            out = self.convert(src, out_path, precision, ctx)
+        except EdgekitError:
+            raise
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConversionFailed(f"{type(e).__name__}: {first}", converter=self.name) from e
+        self._ensure(out)
+        return out.evolve(meta={
+            "seconds": round(time.perf_counter() - started, 3),
+            "tool_versions": {**out.meta.get("tool_versions", {}), **versions(self.tools)},
+            "route": [*src.meta.get("route", [src.format]), out.format],
+        })
+
+    def _ensure(self, out: ModelArtifact) -> None:
+        if out.format != self.target:
+            raise ConversionFailed(f"produced {out.format}, declared {self.target}", converter=self.name)
+        for f in out.files:
+            if not Path(f).is_file() or Path(f).stat().st_size == 0:
+                raise ConversionFailed(f"wrote no output at {f}", converter=self.name)
+        found = detect(out.path)
+        if found != self.target:
+            raise ConversionFailed(f"wrote a {found} file, expected {self.target}", converter=self.name)
+
+
+def _load(spec: str) -> type[Converter]:
+    module, _, cls = spec.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def converters() -> dict[str, type[Converter]]:
+    """Every converter: the built-in manifest, then third-party entry points."""
+    found = {name: _load(spec) for name, spec in MANIFEST.items()}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            found[ep.name] = ep.load()
+        except Exception as e:
+            raise ConversionFailed(f"cannot load converter plug-in {ep.name} ({ep.value}): {e}") from None
+    return found
+
+
+def get(name: str) -> type[Converter]:
+    table = converters()
+    if name not in table:
+        raise KeyError(f"no converter named {name!r}; known: {', '.join(sorted(table))}")
+    return table[name]

@@ -1,0 +1,63 @@
+"""Running artifacts in their own runtimes, in a child process so a native crash stays contained."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.artifact import ModelArtifact
+from edgekit.deps import require
+from edgekit.errors import ConversionFailed
+from edgekit.signature import Signature
+
+
+def load_runner(fmt: str, path: str, signature: Signature):
+    """Instantiate the CPU runner of format `fmt` (in this process)."""
+    from edgekit.targets import by_format
+
+    target = by_format(fmt)
+    require(target.extra, f"running a .{fmt} artifact")
+    module, _, cls = target.runner.partition(":")
+    return getattr(importlib.import_module(module), cls)(path, signature)
+
+
+def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, timeout: float = 900) -> list[np.ndarray]:
+    """Run `artifact` on stacked `inputs` (leading sample axis) in a child process.
+
+    Returns one stacked array per output. A crash or error in the runtime becomes a
+    ConversionFailed naming the runtime and quoting its last words.
+    """
+    from edgekit.targets import by_format
+
+    runtime = by_format(artifact.format).runtime
+    require(by_format(artifact.format).extra, f"running a .{artifact.format} artifact")
+    with tempfile.TemporaryDirectory(prefix="edgekit-run-") as tmp:
+        sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz"))
+        with open(sig_path, "w") as f:
+            json.dump(artifact.signature.to_json(), f)
+        np.savez(in_path, **inputs)
+        cmd = [sys.executable, "-m", "edgekit.targets.worker", artifact.format, str(artifact.path),
+               sig_path, in_path, out_path]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise ConversionFailed(f"{runtime} did not finish {Path(artifact.path).name} within {timeout:.0f} s") from None
+        if proc.returncode != 0:
+            how = f"crashed (signal {-proc.returncode})" if proc.returncode < 0 else "failed"
+            tail = _last_words(proc.stderr)
+            raise ConversionFailed(f"{runtime} {how} running {Path(artifact.path).name}: {tail}")
+        with np.load(out_path) as data:
+            return [data[f"output_{j}"] for j in range(len(data.files))]
+
+
+def _last_words(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+    return (errors or lines or ["no message"])[-1][:400]

@@ -1,0 +1,157 @@
+"""Verification: metrics as pure functions in a registry, thresholds as data, a verdict."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+Metric = Callable[[np.ndarray, np.ndarray], "float | None"]
+METRICS: dict[str, Metric] = {}
+# For each metric, whether a larger value is better (thresholds are minimums) or worse (maximums).
+HIGHER_IS_BETTER: dict[str, bool] = {}
+
+
+def metric(name: str, higher_is_better: bool):
+    def register(fn: Metric) -> Metric:
+        METRICS[name] = fn
+        HIGHER_IS_BETTER[name] = higher_is_better
+        return fn
+    return register
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64).reshape(len(a), -1) if np.ndim(a) else np.asarray(a, dtype=np.float64).reshape(1, 1)
+
+
+@metric("max_abs", higher_is_better=False)
+def max_abs(ref: np.ndarray, out: np.ndarray) -> float:
+    return float(np.max(np.abs(_f64(ref) - _f64(out))))
+
+
+@metric("mean_abs", higher_is_better=False)
+def mean_abs(ref: np.ndarray, out: np.ndarray) -> float:
+    return float(np.mean(np.abs(_f64(ref) - _f64(out))))
+
+
+@metric("rmse", higher_is_better=False)
+def rmse(ref: np.ndarray, out: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((_f64(ref) - _f64(out)) ** 2)))
+
+
+@metric("cosine", higher_is_better=True)
+def cosine(ref: np.ndarray, out: np.ndarray) -> float:
+    """Cosine similarity of the whole output (all samples flattened together)."""
+    r, o = _f64(ref).ravel(), _f64(out).ravel()
+    nr, no = np.linalg.norm(r), np.linalg.norm(o)
+    if nr == 0 and no == 0:
+        return 1.0
+    if nr == 0 or no == 0:
+        return 0.0
+    return float(np.dot(r, o) / (nr * no))
+
+
+@metric("sqnr_db", higher_is_better=True)
+def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float | None:
+    """Signal-to-quantization-noise ratio in dB; None (infinite) when the outputs are identical."""
+    r, o = _f64(ref), _f64(out)
+    noise = float(np.sum((r - o) ** 2))
+    signal = float(np.sum(r ** 2))
+    if noise == 0:
+        return None
+    if signal == 0:
+        return -math.inf
+    return float(10 * np.log10(signal / noise))
+
+
+@metric("top1_agreement", higher_is_better=True)
+def top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
+    """Share of samples whose arg-max class agrees; None when the output is not class scores."""
+    r, o = _f64(ref), _f64(out)
+    if r.shape[1] < 2:
+        return None
+    return float(np.mean(np.argmax(r, axis=1) == np.argmax(o, axis=1)))
+
+
+# Default thresholds per precision (minimums for higher-is-better metrics, maximums otherwise).
+THRESHOLDS: dict[str, dict[str, float]] = {
+    "fp32": {"cosine": 0.9999},
+    "fp16": {"cosine": 0.999},
+    "int8": {"cosine": 0.99},
+    "int8-dynamic": {"cosine": 0.99},
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # pass | fail | skipped
+    samples: int = 0
+    metrics: dict = field(default_factory=dict)
+    thresholds: dict = field(default_factory=dict)
+    task_accuracy: dict | None = None
+    reasons: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        out = {"status": self.status, "samples": self.samples, "metrics": self.metrics,
+               "thresholds": self.thresholds}
+        if self.task_accuracy is not None:
+            out["task_accuracy"] = self.task_accuracy
+        if self.reasons:
+            out["reasons"] = list(self.reasons)
+        return out
+
+
+def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, float],
+            labels: np.ndarray | None = None) -> Verdict:
+    """Compare artifact outputs with reference outputs (each stacked over samples)."""
+    reasons = []
+    if len(ref) != len(out):
+        return Verdict("fail", len(ref[0]) if ref else 0, {}, dict(thresholds),
+                       reasons=(f"the artifact has {len(out)} outputs, the source {len(ref)}",))
+    metrics: dict[str, dict] = {}
+    for i, (r, o) in enumerate(zip(ref, out)):
+        name = f"output_{i}"
+        if r.size != o.size:
+            reasons.append(f"{name}: shape {o.shape} differs from the source's {r.shape}")
+            continue
+        o = o.reshape(r.shape)
+        metrics[name] = {k: fn(r, o) for k, fn in METRICS.items()}
+        metrics[name] = {k: v for k, v in metrics[name].items() if v is not None or k == "sqnr_db"}
+        for key, limit in thresholds.items():
+            value = metrics[name].get(key)
+            if key == "sqnr_db" and value is None:
+                continue  # identical outputs: infinite SQNR
+            if value is None:
+                continue
+            ok = value >= limit if HIGHER_IS_BETTER[key] else value <= limit
+            if not ok:
+                sign = "<" if HIGHER_IS_BETTER[key] else ">"
+                reasons.append(f"{name} {key} {value:.6g} {sign} {limit:g}")
+    task = None
+    if labels is not None and ref and ref[0].ndim >= 2:
+        labels = np.asarray(labels).reshape(-1)
+        task = {"reference": _accuracy(ref[0], labels), "artifact": _accuracy(out[0], labels)}
+    return Verdict("fail" if reasons else "pass", len(ref[0]) if ref else 0, metrics, dict(thresholds), task, tuple(reasons))
+
+
+def _accuracy(scores: np.ndarray, labels: np.ndarray) -> float:
+    pred = np.argmax(scores.reshape(len(scores), -1), axis=1)
+    return round(float(np.mean(pred == labels)), 6)
+
+
+def parse_thresholds(items: list[str] | tuple[str, ...]) -> dict[str, float]:
+    """`--threshold cosine=0.999` → {"cosine": 0.999}, checked against the metric registry."""
+    from edgekit.errors import BadInput
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in METRICS:
+            raise BadInput(f"cannot read --threshold {item!r}", fix=f"write METRIC=VALUE with a metric of {', '.join(METRICS)}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise BadInput(f"--threshold {item!r}: {value!r} is not a number") from None
+    return out

@@ -1,0 +1,49 @@
+"""Targets are data: a name → its format, file extension, CPU runner and the extra it needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgekit.errors import BadInput
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    format: str
+    extension: str
+    runner: str  # "module:Class" of the CPU runner used to verify the artifact
+    extra: str
+    runtime: str  # what a user reads in the report
+    aliases: tuple[str, ...] = ()
+    legacy: bool = False
+
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("tflite", "tflite", ".tflite", "edgekit.targets.tflite:TfliteRunner", "tflite",
+               "LiteRT interpreter (ai_edge_litert)"),
+        Target("executorch", "pte", ".pte", "edgekit.targets.executorch:PteRunner", "executorch",
+               "ExecuTorch runtime (executorch.runtime)", aliases=("pte",)),
+        Target("onnx", "onnx", ".onnx", "edgekit.targets.onnx:OnnxRunner", "onnx",
+               "ONNX Runtime (CPU)"),
+    )
+}
+
+
+def by_format(fmt: str) -> Target:
+    for t in TARGETS.values():
+        if t.format == fmt:
+            return t
+    raise KeyError(fmt)
+
+
+def resolve(name: str) -> Target:
+    """The target called `name` (or one of its aliases); an unknown name lists the known ones."""
+    key = name.strip().lower()
+    for t in TARGETS.values():
+        if key == t.name or key in t.aliases:
+            return t
+    known = ", ".join(f"{t.name}" + (f" (alias {', '.join(t.aliases)})" if t.aliases else "") for t in TARGETS.values())
+    raise BadInput(f"unknown target {name!r}", fix=f"use one of: {known}, or all")

@@ -1,0 +1,37 @@
+"""Child-process entry point: run one artifact in its runtime on a batch of samples.
+
+    python -m edgekit.targets.worker FORMAT ARTIFACT SIGNATURE.json INPUTS.npz OUTPUTS.npz
+
+Inputs hold one array per input name with a leading sample axis; outputs are written as
+output_0, output_1, ... with the same leading axis. A native crash kills only this process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+
+def main(argv: list[str]) -> int:
+    from edgekit.runners import load_runner
+    from edgekit.signature import Signature, TensorSpec
+
+    fmt, path, sig_path, in_path, out_path = argv
+    with open(sig_path) as f:
+        raw = json.load(f)
+    sig = Signature(tuple(TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in raw["inputs"]),
+                    layout=raw.get("layout", "NCHW"))
+    runner = load_runner(fmt, path, sig)
+    with np.load(in_path) as data:
+        inputs = {k: data[k] for k in data.files}
+    n = len(next(iter(inputs.values())))
+    per_sample = [runner.run({k: v[i] for k, v in inputs.items()}) for i in range(n)]
+    outputs = {f"output_{j}": np.stack([np.asarray(s[j]) for s in per_sample]) for j in range(len(per_sample[0]))}
+    np.savez(out_path, **outputs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
