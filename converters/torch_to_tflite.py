@@ -21,6 +21,7 @@ class TorchToTflite(Converter):
         import litert_torch
 
         torch_src = ctx.torch_source
-        edge_model = litert_torch.convert(torch_src.module, torch_src.example_args())
+        module = torch_src.exported().module()  # one export, shared with the other torch edges
+        edge_model = litert_torch.convert(module, torch_src.example_args())
         edge_model.export(str(out_path))
         return ModelArtifact("tflite", str(out_path), src.signature, precision)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -52,3 +54,12 @@ class MissingDependency(EdgekitError):
             fix=f"pip install 'edgekit[{extra}]'",
         )
         self.extra = extra
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message, without terminal colour codes."""
+    text = _ANSI.sub("", str(e)).strip()
+    return text.splitlines()[0] if text else type(e).__name__

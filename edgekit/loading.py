@@ -16,7 +16,7 @@ import numpy as np
 
 from edgekit.artifact import ModelArtifact
 from edgekit.deps import require
-from edgekit.errors import BadInput
+from edgekit.errors import BadInput, first_line
 from edgekit.formats import FORMATS, detect
 from edgekit.signature import Signature, TensorSpec, check_against, parse_input_shapes
 
@@ -81,7 +81,13 @@ class TorchSource:
         if self._exported is None:
             import torch
 
-            self._exported = torch.export.export(self.module, self.example_args())
+            if isinstance(self.module, torch.jit.ScriptModule):
+                # torch.export refuses ScriptModules and names this converter as the way across.
+                from torch._export.converter import TS2EPConverter
+
+                self._exported = TS2EPConverter(self.module, self.example_args()).convert()
+            else:
+                self._exported = torch.export.export(self.module, self.example_args())
         return self._exported
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -158,8 +164,7 @@ def _load_exported(location: str):
     try:
         return torch.export.load(location)
     except Exception as e:  # torch raises many types for a damaged archive
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadInput(f"{location} cannot be read as an ExportedProgram: {first}",
+        raise BadInput(f"{location} cannot be read as an ExportedProgram: {first_line(e)}",
                        fix="re-save it with torch.export.save") from None
 
 
@@ -206,7 +211,7 @@ def _load_module(fmt: str, location: str, options: SourceOptions):
         try:
             return torch.jit.load(location, map_location="cpu")
         except Exception as e:
-            raise BadInput(f"{location} cannot be read as TorchScript: {str(e).strip().splitlines()[0]}") from None
+            raise BadInput(f"{location} cannot be read as TorchScript: {first_line(e)}") from None
     # torch-pickle: never run the pickle's code unless the user trusts it.
     if options.trust_pickle:
         try:
@@ -232,7 +237,7 @@ def _load_module(fmt: str, location: str, options: SourceOptions):
         try:
             model.load_state_dict(obj, strict=True)
         except RuntimeError as e:
-            raise BadInput(f"{location} does not fit {options.model_class}: {str(e).splitlines()[0]}") from None
+            raise BadInput(f"{location} does not fit {options.model_class}: {first_line(e)}") from None
         return model
     raise BadInput(f"{location} holds a {type(obj).__name__}, not a model or a state_dict")
 
@@ -245,8 +250,7 @@ def _check_fits(module, sig: Signature, location: str) -> None:
         with torch.no_grad():
             module(*args)
     except Exception as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadInput(f"input shape {sig.describe()} does not fit {location}: {msg}",
+        raise BadInput(f"input shape {sig.describe()} does not fit {location}: {first_line(e)}",
                        fix="pass the --input-shape the model was built for") from None
 
 

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from edgekit.artifact import ModelArtifact
-from edgekit.errors import BadInput, ConversionFailed
+from edgekit.errors import BadInput
 from edgekit.graph import Graph, Plan
 from edgekit.loading import SourceOptions, TorchSource
 from edgekit.quiet import captured
@@ -160,15 +160,8 @@ def _convert_one(target, plan: Plan, torch_src: TorchSource, samples, reference,
             ext = by_format(conv.target).extension
             path = tmp / (f"{stem}{suffix}{ext}" if last else f"step{i}-{stem}{ext}")
             say(f"{target.name}: converting {artifact.format} → {conv.target} ({conv.name})")
-            log: list[str] = []
-            try:
-                with captured() as log:
-                    artifact = conv()(artifact, path, step.precision, ctx)
-            except ConversionFailed as e:
-                said = _last_error_line("".join(log))
-                if said and said not in e.message:
-                    raise ConversionFailed(f"{e.message} (the converter said: {said})", fix=e.fix) from e
-                raise
+            with captured():
+                artifact = conv()(artifact, path, step.precision, ctx)
         say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
         started = time.perf_counter()
         outputs = run_isolated(artifact, samples.inputs)
@@ -178,11 +171,6 @@ def _convert_one(target, plan: Plan, torch_src: TorchSource, samples, reference,
         return ArtifactResult(target.name, artifact, verdict)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _last_error_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if "error" in ln.lower()]
-    return lines[-1][:300] if lines else ""
 
 
 def _run_reference(torch_src: TorchSource, samples) -> list[np.ndarray]:

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from edgekit.artifact import ModelArtifact
 from edgekit.deps import EXTRAS, missing_modules, versions
-from edgekit.errors import ConversionFailed, EdgekitError, MissingDependency
+from edgekit.errors import ConversionFailed, EdgekitError, MissingDependency, first_line
 from edgekit.formats import FORMATS, detect
 
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
@@ -76,8 +76,14 @@ class Converter:
         except EdgekitError:
             raise
         except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ConversionFailed(f"{type(e).__name__}: {first}", converter=self.name) from e
+            root = e
+            while root.__cause__ is not None:
+                root = root.__cause__
+            raise ConversionFailed(
+                f"{type(root).__name__}: {first_line(root)}", converter=self.name,
+                fix=f"the model uses something the {self.target} toolchain cannot lower; "
+                    "try another target (edgekit graph lists them) or rewrite that part of the model",
+            ) from e
         self._ensure(out)
         return out.evolve(meta={
             "seconds": round(time.perf_counter() - started, 3),

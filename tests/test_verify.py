@@ -1,0 +1,67 @@
+"""Metrics are pure functions; thresholds are data; the verdict says why it failed."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from edgekit.errors import BadInput
+from edgekit.verify import METRICS, THRESHOLDS, compare, parse_thresholds
+
+
+def test_metrics_on_known_values():
+    ref = np.array([[3.0, 4.0], [0.0, 1.0]])
+    out = np.array([[3.0, 4.0], [0.0, 0.0]])
+    assert METRICS["max_abs"](ref, out) == 1.0
+    assert METRICS["mean_abs"](ref, out) == 0.25
+    assert METRICS["rmse"](ref, out) == 0.5
+    assert METRICS["cosine"](ref, out) == pytest.approx(25 / (math.sqrt(26) * 5))
+    assert METRICS["sqnr_db"](ref, out) == pytest.approx(10 * math.log10(26 / 1))
+    assert METRICS["top1_agreement"](ref, out) == 0.5  # second sample: argmax 1 vs 0
+
+
+def test_identical_outputs_have_infinite_sqnr_and_perfect_cosine():
+    ref = np.random.default_rng(0).standard_normal((4, 10))
+    assert METRICS["sqnr_db"](ref, ref.copy()) is None
+    assert METRICS["cosine"](ref, ref.copy()) == pytest.approx(1.0)
+    assert METRICS["top1_agreement"](ref[:, :1], ref[:, :1]) is None  # a single score is not a class
+
+
+def test_compare_passes_within_thresholds_and_reports_accuracy():
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((50, 10)).astype(np.float32)
+    out = ref + rng.standard_normal(ref.shape).astype(np.float32) * 1e-6
+    labels = ref.argmax(1)
+    labels[:5] = (labels[:5] + 1) % 10
+    verdict = compare([ref], [out], THRESHOLDS["fp32"], labels)
+    assert verdict.status == "pass"
+    assert verdict.task_accuracy == {"reference": 0.9, "artifact": 0.9}
+    assert set(verdict.metrics["output_0"]) == set(METRICS)
+
+
+def test_compare_fails_with_the_broken_threshold_named():
+    rng = np.random.default_rng(2)
+    ref = rng.standard_normal((20, 10))
+    out = ref + rng.standard_normal(ref.shape) * 0.2
+    verdict = compare([ref], [out], {"cosine": 0.9999, "max_abs": 0.01})
+    assert verdict.status == "fail"
+    assert any(r.startswith("output_0 cosine 0.9") and r.endswith("< 0.9999") for r in verdict.reasons)
+    assert any(r.startswith("output_0 max_abs") and r.endswith("> 0.01") for r in verdict.reasons)
+    assert verdict.to_json()["reasons"] == list(verdict.reasons)
+
+
+def test_compare_fails_on_missing_outputs_and_shape_mismatch():
+    ref = np.ones((3, 4))
+    assert compare([ref, ref], [ref], {}).status == "fail"
+    verdict = compare([ref], [np.ones((3, 5))], {})
+    assert verdict.status == "fail" and "shape" in verdict.reasons[0]
+
+
+def test_threshold_overrides_are_checked():
+    assert parse_thresholds(["cosine=0.999", "max_abs=0.5"]) == {"cosine": 0.999, "max_abs": 0.5}
+    with pytest.raises(BadInput, match="cannot read --threshold 'cosinus=1'"):
+        parse_thresholds(["cosinus=1"])
+    with pytest.raises(BadInput, match="'high' is not a number"):
+        parse_thresholds(["cosine=high"])
