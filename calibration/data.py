@@ -47,45 +47,55 @@ def load_samples(path: str | Path, signature: Signature, *, what: str = "eval da
     positional = [f"input_{i}" for i in range(len(names))]
     if set(arrays) == set(positional) and set(arrays) != set(names):
         arrays = {names[i]: arrays[f"input_{i}"] for i in range(len(names))}
+    return validate(arrays, signature, what=f"{what} {path.name}", source=str(path), labels=labels)
+
+
+def validate(arrays: dict, signature: Signature, *, what: str, source: str,
+             labels: np.ndarray | None = None) -> SampleSet:
+    """Check stacked arrays against the signature: names, shapes, dtypes, NaN/Inf, counts."""
+    names = signature.input_names
     unknown = sorted(set(arrays) - set(names))
     if unknown:
-        raise BadInput(f"{what} {path.name} has key(s) {unknown} that are not inputs of the model",
+        raise BadInput(f"{what} has key(s) {unknown} that are not inputs of the model",
                        fix=f"name the arrays after the inputs: {', '.join(names)} (or input_0, input_1, ...)")
     missing = [n for n in names if n not in arrays]
     if missing:
-        raise BadInput(f"{what} {path.name} has no array for input(s) {missing}",
+        raise BadInput(f"{what} has no array for input(s) {missing}",
                        fix=f"expected {signature.describe()}, with a leading sample axis")
     stacked = {}
     for spec in signature.inputs:
-        arr = arrays[spec.name]
+        arr = np.asarray(arrays[spec.name])
         if arr.shape[1:] == spec.shape:
             pass
         elif spec.shape[0] == 1 and arr.shape[1:] == spec.shape[1:]:
             arr = arr.reshape((arr.shape[0],) + spec.shape)
         else:
             raise BadInput(
-                f"{what} {path.name}: input {spec.name!r} has shape {arr.shape}, expected (N, {', '.join(map(str, spec.shape[1:]))})"
+                f"{what}: input {spec.name!r} has shape {arr.shape}, expected (N, {', '.join(map(str, spec.shape[1:]))})"
                 f" or (N, {', '.join(map(str, spec.shape))}) for the model's {spec.describe()}")
         if len(arr) == 0:
-            raise BadInput(f"{what} {path.name}: input {spec.name!r} holds no samples")
+            raise BadInput(f"{what}: input {spec.name!r} holds no samples",
+                           fix=f"give at least one sample of shape {spec.shape}")
         if np.dtype(arr.dtype) != np.dtype(spec.dtype):
             if arr.dtype.kind == "f" and np.dtype(spec.dtype).kind == "f":
                 arr = arr.astype(spec.dtype)
             else:
-                raise BadInput(f"{what} {path.name}: input {spec.name!r} is {arr.dtype}, the model takes {spec.dtype}")
+                raise BadInput(f"{what}: input {spec.name!r} is {arr.dtype}, the model takes {spec.dtype}",
+                               fix=f"convert it with .astype(numpy.{spec.dtype})")
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
             bad = int(np.sum(~np.isfinite(arr).reshape(len(arr), -1).all(axis=1)))
-            raise BadInput(f"{what} {path.name}: input {spec.name!r} contains NaN or Inf in {bad} sample(s)")
-        stacked[spec.name] = np.array(arr, copy=True)
+            raise BadInput(f"{what}: input {spec.name!r} contains NaN or Inf in {bad} sample(s)",
+                           fix="clean or drop those samples")
+        stacked[spec.name] = np.array(arr, copy=True)  # fresh, contiguous: no zero strides
     counts = {len(v) for v in stacked.values()}
     if len(counts) != 1:
-        raise BadInput(f"{what} {path.name}: inputs have different sample counts {sorted(counts)}")
+        raise BadInput(f"{what}: inputs have different sample counts {sorted(counts)}")
     if labels is not None:
         labels = np.asarray(labels).reshape(-1)
         n = len(next(iter(stacked.values())))
         if len(labels) != n:
-            raise BadInput(f"{what} {path.name}: {len(labels)} labels for {n} samples")
-    return SampleSet(str(path), stacked, labels)
+            raise BadInput(f"{what}: {len(labels)} labels for {n} samples")
+    return SampleSet(source, stacked, labels)
 
 
 def random_samples(signature: Signature, n: int, seed: int = 0) -> SampleSet:

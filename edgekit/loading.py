@@ -34,7 +34,7 @@ class SourceOptions:
     example_inputs: str | None = None
 
 
-def _import_spec(spec: str, what: str) -> Any:
+def import_spec(spec: str, what: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not attr:
         raise BadInput(f"{what} {spec!r} is not an import spec", fix="write it as package.module:name")
@@ -202,7 +202,7 @@ def _load_module(fmt: str, location: str, options: SourceOptions):
     import torch
 
     if fmt == "torch-python":
-        factory = _import_spec(location, "model factory")
+        factory = import_spec(location, "model factory")
         model = factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
         if not isinstance(model, torch.nn.Module):
             raise BadInput(f"{location} returned {type(model).__name__}, not a torch.nn.Module")
@@ -232,7 +232,7 @@ def _load_module(fmt: str, location: str, options: SourceOptions):
         if not options.model_class:
             raise BadInput(f"{location} holds a state_dict (weights without the model)",
                            fix="pass --model-class package.module:Class to build the model they belong to")
-        cls = _import_spec(options.model_class, "--model-class")
+        cls = import_spec(options.model_class, "--model-class")
         model = cls()
         try:
             model.load_state_dict(obj, strict=True)
