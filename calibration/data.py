@@ -27,6 +27,16 @@ class SampleSet:
     def __len__(self) -> int:
         return len(next(iter(self.inputs.values())))
 
+    def split(self, fraction: float) -> tuple["SampleSet", "SampleSet"]:
+        """(the first part, the last `fraction` held out); at least one sample on each side."""
+        n = len(self)
+        held = min(max(1, round(n * fraction)), n - 1)
+        return self.head(n - held), self.tail(held)
+
+    def tail(self, n: int) -> "SampleSet":
+        return SampleSet(self.source, {k: v[len(v) - n:] for k, v in self.inputs.items()},
+                         None if self.labels is None else self.labels[len(self.labels) - n:])
+
     def head(self, n: int) -> "SampleSet":
         return SampleSet(self.source, {k: v[:n] for k, v in self.inputs.items()},
                          None if self.labels is None else self.labels[:n])

@@ -18,6 +18,9 @@ from typing import Callable
 import numpy as np
 
 from edgekit.artifact import ModelArtifact
+from edgekit.calibration.data import SampleSet
+from edgekit.calibration.methods import AUTO, HOLDOUT_FRACTION, METHODS, check_supported, quantizing_step
+from edgekit.calibration.sources import CalibrationSpec
 from edgekit.errors import BadInput
 from edgekit.graph import Graph, Plan
 from edgekit.loading import SourceOptions, TorchSource
@@ -39,10 +42,18 @@ class ConvertRequest:
     eval_data: str | None = None
     thresholds: dict = field(default_factory=dict)
     source_options: SourceOptions = SourceOptions()
+    calibration: CalibrationSpec | None = None
+    calib_method: str = "minmax"
+    int8_io: bool = False
 
     def __post_init__(self):
         if not self.targets:
             raise ValueError("at least one target is needed")
+        if self.calib_method not in (*METHODS, AUTO):
+            raise BadInput(f"unknown calibration method {self.calib_method!r}",
+                           fix=f"use one of {', '.join((*METHODS, AUTO))}")
+        if self.int8_io and self.precision != "int8":
+            raise BadInput("--int8-io needs --precision int8 (or --int8)")
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,8 @@ class ArtifactResult:
             "target": self.target, "precision": a.precision, "format": a.format, "path": a.path,
             "files": list(a.files), "bytes": a.bytes, "sha256": a.sha256,
             "route": list(a.meta.get("route", [])), "tool_versions": dict(a.meta.get("tool_versions", {})),
-            "seconds": a.meta.get("seconds"), "verification": self.verdict.to_json(),
+            "seconds": a.meta.get("seconds"), "calibration": a.meta.get("calibration"),
+            "verification": self.verdict.to_json(),
         }
 
 
@@ -82,12 +94,15 @@ class ConvertResult:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class ConvertContext:
     """What converters may use beyond their input artifact."""
 
     torch_source: TorchSource
     work_dir: Path
+    calibration: SampleSet | None = None
+    method: str = "minmax"  # a concrete method, never "auto"
+    int8_io: bool = False
 
 
 def resolve_targets(names: tuple[str, ...], source_format: str, graph: Graph) -> list:
@@ -107,6 +122,7 @@ def resolve_targets(names: tuple[str, ...], source_format: str, graph: Graph) ->
 def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertResult:
     """Run the main job: plan every target, convert, verify in each runtime, place the artifacts."""
     from edgekit.calibration.data import load_samples, random_samples
+    from edgekit.calibration.sources import load_calibration
     from edgekit.formats import detect
     from edgekit.loading import open_source
 
@@ -116,14 +132,30 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
     graph = Graph()
     targets = resolve_targets(req.targets, source_format, graph)
     plans: list[tuple[object, Plan]] = [(t, graph.plan(source_format, t.format, req.precision)) for t in targets]
+    calibrated = any(quantizing_step(p) for _, p in plans)
+    if calibrated:
+        check_supported(plans, req.calib_method, req.int8_io)
+        if req.calibration is None:
+            raise BadInput(f"{req.precision} needs calibration data",
+                           fix="pass --calib data.npz (a folder of .npy or images, or module:function); "
+                               "--calib random works but is not representative")
 
     say(f"loading {req.source}")
     with captured():
         torch_src = open_source(req.source, req.source_options)
     source = torch_src.artifact
     warnings: list[str] = []
+    calib = held_out = None
+    if calibrated:
+        calib, calib_warnings = load_calibration(req.calibration, source.signature)
+        warnings += calib_warnings
+        if req.calib_method == AUTO or not req.eval_data:
+            calib, held_out = calib.split(HOLDOUT_FRACTION)
     if req.eval_data:
         samples = load_samples(req.eval_data, source.signature, what="eval data")
+    elif held_out is not None:
+        samples = held_out
+        warnings.append(f"no --eval data: verified on {len(held_out)} held-out calibration samples")
     else:
         samples = random_samples(source.signature, RANDOM_SAMPLES)
         warnings.append(f"no --eval data: verified on {RANDOM_SAMPLES} seeded random inputs, "
@@ -131,46 +163,98 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
 
     say(f"running the source model on {len(samples)} samples")
     reference = _run_reference(torch_src, samples)
+    selection = None
+    if req.calib_method == AUTO and held_out is not None:
+        selection = (held_out, reference if held_out is samples else _run_reference(torch_src, held_out))
 
     out_dir = Path(req.out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BadInput(f"cannot create output folder {out_dir}: {e.strerror}") from None
-    stem = _stem(req.source)
-    results = []
-    for target, plan in plans:
-        results.append(_convert_one(target, plan, torch_src, samples, reference, thresholds, out_dir, stem, say))
+    job = _Job(torch_src, req, calib, selection, thresholds, out_dir, _stem(req.source), say)
+    results = [job.run(target, plan, samples, reference) for target, plan in plans]
     return ConvertResult(source, source.sha256 if source.files else None, tuple(results), tuple(warnings))
 
 
-def _convert_one(target, plan: Plan, torch_src: TorchSource, samples, reference, thresholds, out_dir: Path,
-                 stem: str, say: Progress) -> ArtifactResult:
-    from edgekit.runners import run_isolated
-    from edgekit.targets import by_format
+@dataclass(frozen=True)
+class _Job:
+    torch_src: TorchSource
+    req: ConvertRequest
+    calib: SampleSet | None
+    selection: tuple | None  # (held-out samples, their reference outputs) for --calib-method auto
+    thresholds: dict
+    out_dir: Path
+    stem: str
+    say: Progress
 
-    suffix = "" if plan.precision == "fp32" else f".{plan.precision}"
-    tmp = Path(tempfile.mkdtemp(prefix=".edgekit-tmp-", dir=out_dir))
-    try:
-        ctx = ConvertContext(torch_src, tmp)
-        artifact = torch_src.artifact.evolve(meta={"route": [torch_src.artifact.format]})
+    def run(self, target, plan: Plan, samples: SampleSet, reference: list) -> ArtifactResult:
+        from edgekit.runners import run_isolated
+
+        tmp = Path(tempfile.mkdtemp(prefix=".edgekit-tmp-", dir=self.out_dir))
+        try:
+            step = quantizing_step(plan)
+            calibration = None
+            if step is None:
+                artifact = self._route(target, plan, tmp, "minmax")
+            elif self.req.calib_method == AUTO:
+                artifact, calibration = self._auto(target, plan, step, tmp)
+            else:
+                artifact = self._route(target, plan, tmp, self.req.calib_method)
+                calibration = {"method": self.req.calib_method}
+            if calibration is not None:
+                calibration = {"source": self.calib.source, "samples": len(self.calib), **calibration}
+                artifact = artifact.evolve(meta={"calibration": calibration})
+            self.say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
+            started = time.perf_counter()
+            outputs = run_isolated(artifact, samples.inputs)
+            verdict = compare(reference, outputs, self.thresholds, samples.labels)
+            artifact = _place(artifact, self.out_dir)
+            self.say(f"{target.name}: {verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
+            return ArtifactResult(target.name, artifact, verdict)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _route(self, target, plan: Plan, folder: Path, method: str) -> ModelArtifact:
+        from edgekit.targets import by_format
+
+        folder.mkdir(parents=True, exist_ok=True)
+        ctx = ConvertContext(self.torch_src, folder, self.calib, method, self.req.int8_io)
+        suffix = "" if plan.precision == "fp32" else f".{plan.precision}"
+        artifact = self.torch_src.artifact.evolve(meta={"route": [self.torch_src.artifact.format]})
         for i, step in enumerate(plan.steps):
             conv = step.converter
-            last = i == len(plan.steps) - 1
             ext = by_format(conv.target).extension
-            path = tmp / (f"{stem}{suffix}{ext}" if last else f"step{i}-{stem}{ext}")
-            say(f"{target.name}: converting {artifact.format} → {conv.target} ({conv.name})")
+            last = i == len(plan.steps) - 1
+            path = folder / (f"{self.stem}{suffix}{ext}" if last else f"step{i}-{self.stem}{ext}")
+            detail = f", {method} calibration" if step.precision == "int8" else ""
+            self.say(f"{target.name}: converting {artifact.format} → {conv.target} at {step.precision} ({conv.name}{detail})")
             with captured():
                 artifact = conv()(artifact, path, step.precision, ctx)
-        say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
-        started = time.perf_counter()
-        outputs = run_isolated(artifact, samples.inputs)
-        verdict = compare(reference, outputs, thresholds, samples.labels)
-        artifact = _place(artifact, tmp, out_dir)
-        say(f"{target.name}: {verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
-        return ArtifactResult(target.name, artifact, verdict)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        return artifact
+
+    def _auto(self, target, plan: Plan, step, tmp: Path) -> tuple[ModelArtifact, dict]:
+        """Try every method the backend has; keep the one with the least drift on held-out samples."""
+        from edgekit.runners import run_isolated
+
+        held_out, held_ref = self.selection
+        tried = []
+        for method in step.converter.methods:
+            artifact = self._route(target, plan, tmp / method, method)
+            verdict = compare(held_ref, run_isolated(artifact, held_out.inputs), {})
+            m = verdict.metrics["output_0"]
+            tried.append((artifact, {"method": method, "sqnr_db": m["sqnr_db"], "cosine": m["cosine"],
+                                     "max_abs": m["max_abs"]}))
+            self.say(f"{target.name}: {method} calibration: cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
+        best_artifact, best = max(tried, key=lambda t: _drift_rank(t[1]))
+        return best_artifact, {"method": best["method"], "requested": AUTO, "held_out_samples": len(held_out),
+                               "candidates": [c for _, c in tried]}
+
+
+def _drift_rank(candidate: dict) -> tuple:
+    """Least drift first: highest SQNR (None means identical outputs), then highest cosine."""
+    sqnr = candidate["sqnr_db"]
+    return (float("inf") if sqnr is None else sqnr, candidate["cosine"])
 
 
 def _run_reference(torch_src: TorchSource, samples) -> list[np.ndarray]:
@@ -181,7 +265,7 @@ def _run_reference(torch_src: TorchSource, samples) -> list[np.ndarray]:
     return [np.stack([s[j] for s in per_sample]) for j in range(len(per_sample[0]))]
 
 
-def _place(artifact: ModelArtifact, tmp: Path, out_dir: Path) -> ModelArtifact:
+def _place(artifact: ModelArtifact, out_dir: Path) -> ModelArtifact:
     """Move the artifact's files from the temporary folder into the output folder."""
     placed = []
     for f in artifact.files:

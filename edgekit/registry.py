@@ -46,6 +46,8 @@ class Converter:
     extra: ClassVar[str]
     cost: ClassVar[float] = 1.0
     tools: ClassVar[tuple[str, ...]] = ()  # modules whose versions go in the report
+    methods: ClassVar[tuple[str, ...]] = ()  # calibration methods native to the backend (for int8)
+    int8_io: ClassVar[bool] = False  # can give the int8 model integer inputs and outputs
 
     @classmethod
     def missing(cls) -> tuple[str, ...]:

@@ -69,9 +69,9 @@ class DigitsMobileNet(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            conv_bn(1, 16, 3, stride=2, act=nn.Hardswish),          # 16×16×16
-            InvertedResidual(16, 16, 16, 1, nn.Hardswish),           # depthwise-separable, residual
-            InvertedResidual(16, 48, 24, 2, nn.SiLU),                # 24×8×8
+            conv_bn(1, 16, 3, stride=2, act=nn.Hardswish),          # stem: 16×16×16
+            InvertedResidual(16, 16, 16, 2, nn.Hardswish),           # depthwise-separable: 16×8×8
+            InvertedResidual(16, 64, 24, 1, nn.SiLU),                # 24×8×8
             InvertedResidual(24, 72, 24, 1, nn.SiLU),                # residual
             InvertedResidual(24, 96, 40, 2, nn.Hardswish),           # 40×4×4
             InvertedResidual(40, 120, 40, 1, nn.Hardswish),          # residual

@@ -77,7 +77,13 @@ def convert(
     model: Annotated[str, typer.Argument(help="A .pt2/.pt file or a module:factory import spec.")],
     target: Annotated[list[str], typer.Option("--target", "-t", help="tflite, executorch (pte) or onnx; repeat, or 'all'.")] = ["all"],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("edgekit-out"),
-    precision: Annotated[str, typer.Option("--precision", "-p", help="fp32 (more in later releases).")] = "fp32",
+    precision: Annotated[str, typer.Option("--precision", "-p", help="fp32, fp16, int8 (static, calibrated) or int8-dynamic.")] = "fp32",
+    int8: Annotated[bool, typer.Option("--int8", help="Shortcut for --precision int8.")] = False,
+    int8_io: Annotated[bool, typer.Option("--int8-io", help="Integer model inputs and outputs (int8 only).")] = False,
+    calib: Annotated[Optional[str], typer.Option("--calib", help="Calibration data: .npz, folder of .npy or images, module:function, or random.")] = None,
+    calib_samples: Annotated[Optional[int], typer.Option("--calib-samples", help="Use the first N calibration samples.")] = None,
+    calib_method: Annotated[str, typer.Option("--calib-method", help="minmax, percentile, entropy, mse, or auto.")] = "minmax",
+    calib_preprocess: Annotated[Optional[str], typer.Option("--calib-preprocess", help="For image folders: size=HxW,scale=1/255,mean=..,std=..,layout=NCHW,color=gray")] = None,
     eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs (and optional 'labels') to verify on.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Write the JSON report to stdout; human output to stderr.")] = False,
     input_shape: Annotated[list[str], typer.Option("--input-shape", help="NAME=1,3,224,224 (repeat per input).")] = [],
@@ -87,15 +93,23 @@ def convert(
     threshold: Annotated[list[str], typer.Option("--threshold", help="Override a metric threshold, e.g. cosine=0.999.")] = [],
 ):
     """Convert MODEL to each target and verify every artifact against the source model."""
+    from edgekit.calibration.sources import CalibrationSpec
     from edgekit.cli.render import Reporter, render_result
+    from edgekit.errors import BadInput
     from edgekit.loading import SourceOptions
     from edgekit.pipeline import ConvertRequest
     from edgekit.pipeline import convert as run
     from edgekit.verify import parse_thresholds
 
+    if int8:
+        if precision not in ("fp32", "int8"):
+            raise BadInput(f"--int8 contradicts --precision {precision}")
+        precision = "int8"
     reporter = Reporter(_stderr())
     request = ConvertRequest(
         source=model, targets=tuple(target), out_dir=str(out), precision=precision,
+        calibration=CalibrationSpec(calib, calib_samples, calib_preprocess) if calib else None,
+        calib_method=calib_method, int8_io=int8_io,
         eval_data=str(eval_data) if eval_data else None, thresholds=parse_thresholds(threshold),
         source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
                                      str(example_inputs) if example_inputs else None),
@@ -141,7 +155,7 @@ def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the a
         raise BadInput(f"the bundled sample model is not here ({model})", fix="run edgekit demo from a checkout of edgekit")
     print(f"edgekit demo: {model.relative_to(REPO)} → tflite, executorch, onnx; verified on {eval_data.name}",
           file=sys.stderr)
-    convert(str(model), ["all"], out, "fp32", eval_data, False, [], None, False, None, [])
+    convert(str(model), ["all"], out, eval_data=eval_data)
 
 
 def _finite(obj):
