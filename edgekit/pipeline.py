@@ -207,8 +207,8 @@ class _Job:
                 artifact = artifact.evolve(meta={"calibration": calibration})
             self.say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
             started = time.perf_counter()
-            outputs = run_isolated(artifact, samples.inputs)
-            verdict = compare(reference, outputs, self.thresholds, samples.labels)
+            outputs, inspection = run_isolated(artifact, samples.inputs, inspect=True)
+            verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection)
             artifact = _place(artifact, self.out_dir)
             self.say(f"{target.name}: {verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
             return ArtifactResult(target.name, artifact, verdict)
@@ -241,7 +241,7 @@ class _Job:
         tried = []
         for method in step.converter.methods:
             artifact = self._route(target, plan, tmp / method, method)
-            verdict = compare(held_ref, run_isolated(artifact, held_out.inputs), {})
+            verdict = compare(held_ref, run_isolated(artifact, held_out.inputs)[0], {})
             m = verdict.metrics["output_0"]
             tried.append((artifact, {"method": method, "sqnr_db": m["sqnr_db"], "cosine": m["cosine"],
                                      "max_abs": m["max_abs"]}))

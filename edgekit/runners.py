@@ -28,10 +28,12 @@ def load_runner(fmt: str, path: str, signature: Signature):
     return getattr(importlib.import_module(module), cls)(path, signature)
 
 
-def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, timeout: float = 900) -> list[np.ndarray]:
+def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, timeout: float = 900,
+                 inspect: bool = False) -> tuple[list[np.ndarray], dict | None]:
     """Run `artifact` on stacked `inputs` (leading sample axis) in a child process.
 
-    Returns one stacked array per output. A crash or error in the runtime becomes a
+    Returns one stacked array per output and, with `inspect`, the artifact's inspection (see
+    edgekit.targets.inspection) as JSON. A crash or error in the runtime becomes a
     ConversionFailed naming the runtime and quoting its last words.
     """
     from edgekit.targets import by_format
@@ -39,12 +41,12 @@ def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, time
     runtime = by_format(artifact.format).runtime
     require(by_format(artifact.format).extra, f"running a .{artifact.format} artifact")
     with tempfile.TemporaryDirectory(prefix="edgekit-run-") as tmp:
-        sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz"))
+        sig_path, in_path, out_path, insp_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz", "insp.json"))
         with open(sig_path, "w") as f:
             json.dump(artifact.signature.to_json(), f)
         np.savez(in_path, **inputs)
         cmd = [sys.executable, "-m", "edgekit.targets.worker", artifact.format, str(artifact.path),
-               sig_path, in_path, out_path]
+               sig_path, in_path, out_path] + ([insp_path] if inspect else [])
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
@@ -54,7 +56,12 @@ def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, time
             tail = _last_words(proc.stderr)
             raise ConversionFailed(f"{runtime} {how} running {Path(artifact.path).name}: {tail}")
         with np.load(out_path) as data:
-            return [data[f"output_{j}"] for j in range(len(data.files))]
+            outputs = [data[f"output_{j}"] for j in range(len(data.files))]
+        inspection = None
+        if inspect:
+            with open(insp_path) as f:
+                inspection = json.load(f)
+        return outputs, inspection
 
 
 def _last_words(stderr: str) -> str:

@@ -75,12 +75,20 @@ def top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
     return float(np.mean(np.argmax(r, axis=1) == np.argmax(o, axis=1)))
 
 
+# Measured by inspecting the artifact itself (edgekit.targets.inspection), not its outputs.
+INSPECTION_METRICS = {
+    "int8_weight_share": "of the weight bytes are stored as int8",
+    "int8_compute_share": "of the compute ops run in int8",
+}
+HIGHER_IS_BETTER.update({k: True for k in INSPECTION_METRICS})
+
 # Default thresholds per precision (minimums for higher-is-better metrics, maximums otherwise).
+# An int8 model whose weights or kernels are mostly float did not really quantize.
 THRESHOLDS: dict[str, dict[str, float]] = {
     "fp32": {"cosine": 0.9999},
     "fp16": {"cosine": 0.999},
-    "int8": {"cosine": 0.99},
-    "int8-dynamic": {"cosine": 0.99},
+    "int8": {"cosine": 0.99, "int8_weight_share": 0.5, "int8_compute_share": 0.5},
+    "int8-dynamic": {"cosine": 0.99, "int8_weight_share": 0.5},
 }
 
 
@@ -92,21 +100,28 @@ class Verdict:
     thresholds: dict = field(default_factory=dict)
     task_accuracy: dict | None = None
     reasons: tuple[str, ...] = ()
+    inspection: dict | None = None
 
     def to_json(self) -> dict:
         out = {"status": self.status, "samples": self.samples, "metrics": self.metrics,
                "thresholds": self.thresholds}
         if self.task_accuracy is not None:
             out["task_accuracy"] = self.task_accuracy
+        if self.inspection is not None:
+            out["inspection"] = self.inspection
         if self.reasons:
             out["reasons"] = list(self.reasons)
         return out
 
 
 def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, float],
-            labels: np.ndarray | None = None) -> Verdict:
-    """Compare artifact outputs with reference outputs (each stacked over samples)."""
-    reasons = []
+            labels: np.ndarray | None = None, inspection: dict | None = None) -> Verdict:
+    """Compare artifact outputs with reference outputs (each stacked over samples).
+
+    With an `inspection` of the artifact, thresholds on INSPECTION_METRICS are checked too.
+    """
+    reasons = _inspection_reasons(inspection, thresholds) if inspection is not None else []
+    output_thresholds = {k: v for k, v in thresholds.items() if k in METRICS}
     if len(ref) != len(out):
         return Verdict("fail", len(ref[0]) if ref else 0, {}, dict(thresholds),
                        reasons=(f"the artifact has {len(out)} outputs, the source {len(ref)}",))
@@ -119,7 +134,7 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, 
         o = o.reshape(r.shape)
         metrics[name] = {k: fn(r, o) for k, fn in METRICS.items()}
         metrics[name] = {k: v for k, v in metrics[name].items() if v is not None or k == "sqnr_db"}
-        for key, limit in thresholds.items():
+        for key, limit in output_thresholds.items():
             value = metrics[name].get(key)
             if key == "sqnr_db" and value is None:
                 continue  # identical outputs: infinite SQNR
@@ -133,7 +148,18 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, 
     if labels is not None and ref and ref[0].ndim >= 2:
         labels = np.asarray(labels).reshape(-1)
         task = {"reference": _accuracy(ref[0], labels), "artifact": _accuracy(out[0], labels)}
-    return Verdict("fail" if reasons else "pass", len(ref[0]) if ref else 0, metrics, dict(thresholds), task, tuple(reasons))
+    return Verdict("fail" if reasons else "pass", len(ref[0]) if ref else 0, metrics, dict(thresholds), task,
+                   tuple(reasons), inspection)
+
+
+def _inspection_reasons(inspection: dict, thresholds: dict[str, float]) -> list[str]:
+    reasons = []
+    for key, what in INSPECTION_METRICS.items():
+        if key in thresholds and inspection[key] < thresholds[key]:
+            left = ", ".join(inspection.get("float_ops", [])[:6]) or "none listed"
+            reasons.append(f"did not really quantize: only {inspection[key] * 100:.1f}% {what} "
+                           f"({key} {inspection[key]:.4g} < {thresholds[key]:g}); float ops left: {left}")
+    return reasons
 
 
 def _accuracy(scores: np.ndarray, labels: np.ndarray) -> float:
@@ -148,8 +174,8 @@ def parse_thresholds(items: list[str] | tuple[str, ...]) -> dict[str, float]:
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or key not in METRICS:
-            raise BadInput(f"cannot read --threshold {item!r}", fix=f"write METRIC=VALUE with a metric of {', '.join(METRICS)}")
+        if not sep or key not in HIGHER_IS_BETTER:
+            raise BadInput(f"cannot read --threshold {item!r}", fix=f"write METRIC=VALUE with a metric of {', '.join(HIGHER_IS_BETTER)}")
         try:
             out[key] = float(value)
         except ValueError:

@@ -1,9 +1,10 @@
 """Child-process entry point: run one artifact in its runtime on a batch of samples.
 
-    python -m edgekit.targets.worker FORMAT ARTIFACT SIGNATURE.json INPUTS.npz OUTPUTS.npz
+    python -m edgekit.targets.worker FORMAT ARTIFACT SIGNATURE.json INPUTS.npz OUTPUTS.npz [INSPECTION.json]
 
 Inputs hold one array per input name with a leading sample axis; outputs are written as
-output_0, output_1, ... with the same leading axis. A native crash kills only this process.
+output_0, output_1, ... with the same leading axis. With a fifth path, the artifact is also
+inspected (which weights and kernels are int8). A native crash kills only this process.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ def main(argv: list[str]) -> int:
     from edgekit.runners import load_runner
     from edgekit.signature import Signature, TensorSpec
 
-    fmt, path, sig_path, in_path, out_path = argv
+    fmt, path, sig_path, in_path, out_path, *inspection_path = argv
     with open(sig_path) as f:
         raw = json.load(f)
     sig = Signature(tuple(TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in raw["inputs"]),
@@ -30,6 +31,11 @@ def main(argv: list[str]) -> int:
     per_sample = [runner.run({k: v[i] for k, v in inputs.items()}) for i in range(n)]
     outputs = {f"output_{j}": np.stack([np.asarray(s[j]) for s in per_sample]) for j in range(len(per_sample[0]))}
     np.savez(out_path, **outputs)
+    if inspection_path:
+        from edgekit.targets.inspection import inspect_artifact
+
+        with open(inspection_path[0], "w") as f:
+            json.dump(inspect_artifact(fmt, path).to_json(), f)
     return 0
 
 

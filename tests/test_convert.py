@@ -69,7 +69,7 @@ def test_runners_reproduce_the_source_outputs_in_child_processes(converted_digit
         x = data["x"][:8].reshape(8, 1, 1, 8, 8)
     expected = np.stack([src.run({"x": x[i]})[0] for i in range(8)])
     for r in result.artifacts:
-        (got,) = run_isolated(r.artifact, {"x": x})
+        (got,), _ = run_isolated(r.artifact, {"x": x})
         assert got.shape == (8, 1, 10)
         np.testing.assert_allclose(got, expected, atol=1e-4, err_msg=r.target)
 

@@ -1,0 +1,177 @@
+"""Inspect an .onnx file: constant bytes by dtype and the kernel mode of every compute op.
+
+QDQ models: an op runs int8 when every activation input comes from DequantizeLinear of an int8
+tensor (the pattern ONNX Runtime fuses into QLinearConv/QGemm). A DequantizeLinear of an int32
+initializer is a quantized bias, not a float activation. External weight data is never read:
+sizes come from dims × itemsize, so a missing or relocated .onnx.data does not matter.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import math
+
+from edgekit.targets.inspection import Inspection, OpInfo, build
+
+DATA_OPS = frozenset({
+    "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Split",
+    "Gather", "Shape", "Constant", "ConstantOfShape", "Cast", "Expand", "Tile", "Pad", "Range",
+    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "DepthToSpace", "SpaceToDepth",
+})
+# Integer kernels by definition: QOperator format and dynamic quantization.
+DYNAMIC_OPS = frozenset({"MatMulInteger", "ConvInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
+                         "DynamicQuantizeLSTM"})
+QUANT_OPS = DYNAMIC_OPS | {
+    "QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QLinearAveragePool", "QLinearGlobalAveragePool",
+    "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearSoftmax", "QLinearReduceMean", "QLinearWhere",
+    "QLinearConvTranspose", "QGemm", "QAttention", "QEmbedLayerNormalization", "QOrderedMatMul",
+}
+
+
+def inspect(path: str) -> Inspection:
+    import onnx
+    from onnx import TensorProto
+
+    model = onnx.load(path, load_external_data=False)
+    g = model.graph
+    notes = []
+    external = sorted({e.value for t in g.initializer for e in t.external_data if e.key == "location"})
+    if external:
+        notes.append(f"weights stored in external data: {', '.join(external)}")
+
+    consts = {t.name: t for t in g.initializer}
+    for n in g.node:  # Constant nodes carry weights too (torch exporters emit them)
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value":
+                    consts[n.output[0]] = a.t
+
+    elem = {}  # tensor name -> TensorProto element type
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
+    except Exception as e:  # noqa: BLE001 - contrib ops or odd models: fall back to what the file says
+        notes.append(f"shape inference failed ({type(e).__name__}); op modes may be incomplete")
+        inferred = g
+    for vi in [*inferred.input, *inferred.output, *inferred.value_info]:
+        if vi.type.tensor_type.elem_type:
+            elem[vi.name] = vi.type.tensor_type.elem_type
+    elem.update({k: t.data_type for k, t in consts.items()})
+    producer = {o: n for n in g.node for o in n.output}
+    for n in g.node:  # what shape inference cannot type (contrib ops)
+        if n.op_type == "QuantizeLinear":
+            zp = n.input[2] if len(n.input) > 2 and n.input[2] else None
+            elem.setdefault(n.output[0], elem.get(zp, TensorProto.UINT8))
+        elif n.op_type == "DynamicQuantizeLinear":
+            elem.setdefault(n.output[0], TensorProto.UINT8)
+        elif n.op_type == "DequantizeLinear":
+            elem.setdefault(n.output[0], TensorProto.FLOAT)
+
+    # Quantization parameters: constants read at an input slot named *scale* or *zero_point*.
+    qparams = {x for n in g.node for x, role in zip(n.input, _input_names(n.op_type, n.domain))
+               if x in consts and _is_qparam(role)}
+    weights, tensors = collections.Counter(), []
+    for name, t in consts.items():
+        if name not in qparams:
+            weights[_dtype(t.data_type)] += _nbytes(t)
+            tensors.append({"name": name, "dtype": _dtype(t.data_type), "shape": list(t.dims), "bytes": _nbytes(t)})
+
+    q8 = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT4, TensorProto.UINT4}
+    q16 = {TensorProto.INT16, TensorProto.UINT16}
+    consumers = collections.defaultdict(list)
+    for n in g.node:
+        for x in n.input:
+            consumers[x].append(n)
+    ops, op_counts, unrequantized = [], collections.Counter(), False
+    for i, n in enumerate(g.node):
+        op_counts[n.op_type] += 1
+        if n.op_type in DATA_OPS:
+            continue
+        where = n.name or f"node{i}"
+        if n.op_type in QUANT_OPS:
+            dq = n.input[0] in producer and producer[n.input[0]].op_type == "DynamicQuantizeLinear"
+            ops.append(OpInfo(n.op_type, "dynamic" if n.op_type in DYNAMIC_OPS or dq else "int8", where))
+            continue
+        act_q, act_f, act_int, weight_q = [], [], [], False
+        roles = _input_names(n.op_type, n.domain)
+        for k, x in enumerate(n.input):
+            if not x or x in qparams or (k < len(roles) and _is_qparam(roles[k])):
+                continue
+            p = producer.get(x)
+            if p is not None and p.op_type == "DequantizeLinear":
+                src_type = elem.get(p.input[0])
+                if p.input[0] in consts:  # a quantized weight (int8/int4) or a quantized bias (int32)
+                    weight_q = weight_q or src_type in q8 | q16
+                else:
+                    (act_q if src_type in q8 | q16 else act_f).append(src_type)
+            elif x in consts:
+                weight_q = weight_q or elem.get(x) in q8
+            elif elem.get(x) in q8 | q16:
+                act_int.append(elem[x])
+            else:
+                act_f.append(elem.get(x))
+        if (act_q or act_int) and not act_f:
+            mode = "int16" if all(t in q16 for t in act_q + act_int) else "int8"
+            # ORT fuses DQ -> op -> Q; without a QuantizeLinear after it the op may stay float.
+            requantized = any(c.op_type == "QuantizeLinear" for o in n.output for c in consumers.get(o, []))
+            unrequantized |= bool(act_q) and not requantized and n.op_type != "MatMul"
+        elif weight_q:
+            mode = "weight_only"  # only the weight is dequantized: ORT runs the float kernel
+        else:
+            mode = "float"
+        ops.append(OpInfo(n.op_type, mode, where))
+
+    if unrequantized:
+        notes.append("some int8-input ops have no QuantizeLinear on their output: ONNX Runtime may keep them float")
+    if any(o.mode == "dynamic" for o in ops):
+        notes.append("dynamic quantization: Mul/Add rescaling ops around each integer kernel stay float")
+    io = {"inputs": [_dtype(i.type.tensor_type.elem_type) for i in g.input if i.name not in consts],
+          "outputs": [_dtype(o.type.tensor_type.elem_type) for o in g.output]}
+    return build("onnx", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes)
+
+
+def _is_qparam(role: str) -> bool:
+    role = role.lower()
+    return "scale" in role or "zero_point" in role
+
+
+@functools.lru_cache(maxsize=None)
+def _input_names(op_type: str, domain: str) -> tuple[str, ...]:
+    """Input slot names from the op schema (onnx, or onnxruntime for com.microsoft ops); () if unknown."""
+    import onnx.defs
+
+    try:
+        return tuple(i.name for i in onnx.defs.get_schema(op_type, domain=domain or "").inputs)
+    except Exception:  # noqa: BLE001 - not an onnx-domain op
+        return _ort_schemas().get((op_type, domain or ""), ())
+
+
+@functools.lru_cache(maxsize=1)
+def _ort_schemas() -> dict:
+    try:
+        from onnxruntime.capi.onnxruntime_pybind11_state import get_all_operator_schema
+    except Exception:  # noqa: BLE001 - onnxruntime missing or built without schemas
+        return {}
+    return {(s.name, s.domain): tuple(i.name for i in s.inputs) for s in get_all_operator_schema()}
+
+
+def _dtype(code: int) -> str:
+    from onnx import TensorProto
+
+    name = TensorProto.DataType.Name(code).lower()
+    return {"float": "float32", "double": "float64"}.get(name, name)
+
+
+def _nbytes(t) -> int:
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    n = math.prod(t.dims)
+    if t.data_type in (TensorProto.INT4, TensorProto.UINT4):
+        return (n + 1) // 2
+    if t.data_type == TensorProto.STRING:
+        return sum(len(s) for s in t.string_data)
+    try:
+        return n * np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    except Exception:  # noqa: BLE001 - a dtype numpy does not know: count one byte per element
+        return n

@@ -1,0 +1,205 @@
+"""Inspect an ExecuTorch .pte file: portable kernels, delegates, and inside XNNPACK payloads.
+
+Without a delegate, a PT2E-quantized program runs float portable kernels between quantize and
+dequantize kernels (mode "qdq_float"): int8 weights, float compute. XNNPACK payloads are decoded
+with their flatbuffer schema, which gives every node and the dtype of every value; their weights
+live in the program's named data and are sized from `constant_data[i].size`.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import re
+import tempfile
+
+from edgekit.targets.inspection import INT8_FAMILY, Inspection, OpInfo, build
+
+DATA_OPS = frozenset({
+    "aten::view_copy", "aten::permute_copy", "aten::clone", "aten::squeeze_copy", "aten::unsqueeze_copy",
+    "aten::expand_copy", "aten::cat", "aten::slice_copy", "aten::select_copy", "aten::split_copy",
+    "aten::split_with_sizes_copy", "aten::t_copy", "aten::transpose_copy", "aten::alias_copy",
+    "aten::_to_copy", "aten::index_select", "aten::constant_pad_nd", "aten::full", "aten::zeros",
+    "executorch_prim::et_view", "dim_order_ops::_to_dim_order_copy", "dim_order_ops::_clone_dim_order",
+    "aten::pixel_shuffle", "aten::pixel_unshuffle", "aten::repeat", "aten::stack", "aten::unbind_copy",
+    "aten::sym_size", "executorch_prim::add", "executorch_prim::sub", "executorch_prim::mul",
+    "executorch_prim::floordiv", "aten::_unsafe_view",
+})
+ET_DTYPE = {"BYTE": "uint8", "CHAR": "int8", "SHORT": "int16", "INT": "int32", "LONG": "int64",
+            "HALF": "float16", "FLOAT": "float32", "DOUBLE": "float64", "BOOL": "bool", "QINT8": "int8",
+            "QUINT8": "uint8", "QINT32": "int32", "BFLOAT16": "bfloat16", "QUINT4x2": "uint4",
+            "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64", "BITS16": "int16"}
+ITEMSIZE = {"int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4,
+            "int64": 8, "uint64": 8, "float64": 8}  # everything else: 1 byte
+XNN_DTYPE = {"fp32": "float32", "pfp32": "float32", "fp16": "float16", "bf16": "bfloat16", "qint8": "int8",
+             "qcint8": "int8", "qdint8": "int8", "qpint8": "int8", "quint8": "uint8", "qint32": "int32",
+             "qcint32": "int32", "int32": "int32", "qcint4": "int4", "qbint4": "int4"}
+XNN_INT8_ACT = frozenset({"qint8", "quint8"})
+XNN_DYNAMIC_ACT = frozenset({"qdint8", "qpint8"})  # float activations quantized on the fly
+XNN_DATA_NODES = frozenset({"XNNStaticReshape", "XNNStaticTranspose", "XNNConvert", "XNNCopy", "XNNConcatenate2",
+                            "XNNConcatenate3", "XNNConcatenate4", "XNNConcatenate5", "XNNStaticSlice",
+                            "XNNStaticConstantPad"})
+XNN_NO_VALUE = 0xFFFFFFFF  # "no input" (e.g. bias_id); value id 0 is a real value
+
+
+def inspect(path: str) -> Inspection:
+    # Private module: ExecuTorch 1.5.1 has no public .pte reader.
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from executorch.exir.schema import DelegateCall, KernelCall, Tensor, TensorList
+
+    with open(path, "rb") as f:
+        pte = deserialize_pte_binary(f.read())  # segments are moved back inline
+    program = pte.program
+    weights, tensors, ops, op_counts = collections.Counter(), [], [], collections.Counter()
+    delegated, notes, io = {}, [], {"inputs": [], "outputs": []}
+    for pi, plan in enumerate(program.execution_plan):
+        V = plan.values
+
+        def dtype(i: int) -> str:
+            st = V[i].val.scalar_type.name
+            return ET_DTYPE.get(st, st.lower())
+
+        def tensor_args(args) -> list[int]:
+            out = []
+            for a in args:
+                v = V[a].val
+                out.extend([a] if isinstance(v, Tensor) else v.items if isinstance(v, TensorList) else [])
+            return out
+
+        consts = {i for i, v in enumerate(V) if isinstance(v.val, Tensor) and v.val.allocation_info is None
+                  and (v.val.data_buffer_idx > 0 or v.val.extra_tensor_info is not None)}
+        if pi == 0:
+            io = {k: [dtype(i) if isinstance(V[i].val, Tensor) else type(V[i].val).__name__ for i in idx]
+                  for k, idx in (("inputs", plan.inputs), ("outputs", plan.outputs))}
+        defined = set(plan.inputs) | consts
+        dq_source = {}  # tensor -> (comes from a constant?, dtype) of the dequantize that made it
+        qparams = set()  # constant scales / zero points read by (de)quantize kernels
+        for ci, chain in enumerate(plan.chains):
+            for ii, ins in enumerate(chain.instructions):
+                call, where = ins.instr_args, f"{plan.name}:chain{ci}:instr{ii}"
+                if isinstance(call, DelegateCall):
+                    d = plan.delegates[call.delegate_index]
+                    op_counts["delegate:" + d.id] += 1
+                    entry = delegated.setdefault(d.id, {"calls": 0, "ops": 0})
+                    entry["calls"] += 1
+                    defined.update(tensor_args(call.args))
+                    if d.id != "XnnpackBackend":
+                        entry["ops"] = None
+                        notes.append(f"delegate {d.id} is opaque: its ops and weights are not inspected")
+                        continue
+                    blob = bytes(program.backend_delegate_data[d.processed.index].data)
+                    entry["ops"] += _xnnpack(blob, call.delegate_index, weights, tensors, ops, op_counts)
+                    continue
+                if not isinstance(call, KernelCall):
+                    continue
+                ty = plan.operators[call.op_index].name
+                op_counts[ty] += 1
+                targs = tensor_args(call.args)
+                inputs = [t for t in targs if t in defined]
+                outputs = [t for t in targs if t not in defined]  # out-variant args not seen before
+                defined.update(outputs)
+                if "quantize" in ty or "choose_qparams" in ty:
+                    qparams.update(t for t in inputs[1:] if t in consts)
+                    if "dequantize" in ty and inputs:
+                        dq_source.update({t: (inputs[0] in consts, dtype(inputs[0])) for t in outputs})
+                    continue
+                if ty in DATA_OPS:
+                    if inputs and inputs[0] in dq_source:  # carry the tag through view/permute copies
+                        dq_source.update({t: dq_source[inputs[0]] for t in outputs})
+                    continue
+                sources = [dq_source[t] for t in inputs if t in dq_source]
+                if {dtype(t) for t in inputs if t not in consts} & {"int8", "uint8"}:
+                    mode = "int8"
+                elif any(not from_const for from_const, _ in sources):
+                    mode = "qdq_float"  # activations come from a dequantize: fake-quant around a float kernel
+                elif {dt for _, dt in sources} & INT8_FAMILY or {dtype(t) for t in inputs if t in consts} & INT8_FAMILY:
+                    mode = "weight_only"
+                else:
+                    mode = "float"
+                ops.append(OpInfo(ty, mode, where))
+        for i in consts - qparams:
+            t = V[i].val
+            n = math.prod(t.sizes)
+            nbytes = (n + 1) // 2 if dtype(i) == "uint4" else n * ITEMSIZE.get(dtype(i), 1)
+            weights[dtype(i)] += nbytes
+            name = (t.extra_tensor_info.fully_qualified_name if t.extra_tensor_info else None) or f"value{i}"
+            tensors.append({"name": f"{plan.name}:{name}", "dtype": dtype(i), "shape": list(t.sizes), "bytes": nbytes})
+
+    if pte.named_data is not None and pte.named_data.external_data:
+        notes.append("named data lives in external .ptd files")
+    if any(o.mode == "qdq_float" for o in ops):
+        notes.append("quantize/dequantize run as portable kernels around float ops: int8 weights, float compute "
+                     "(lower with XnnpackPartitioner to get int8 kernels)")
+    return build("pte", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io,
+                 delegated=delegated, notes=notes)
+
+
+def _xnnpack(blob: bytes, index: int, weights, tensors, ops, op_counts) -> int:
+    """Add one XNNPACK payload's weights and ops to the running totals; returns its node count."""
+    graph = _xnnpack_graph(blob)
+    cdata = graph.get("constant_data", [])
+    values, seen = {}, set()
+    for v in graph.get("xvalues", []):
+        u = v["xvalue_union"]
+        tv = u["tensor_value"] if v["xvalue_union_type"] == "XNNQuantizedTensorValue" else u
+        values[tv["id_out"]] = tv
+        xdt = tv["datatype"].removeprefix("xnn_datatype_")
+        buf = tv.get("constant_buffer_idx", 0)  # 0: not a constant
+        if buf and buf not in seen and buf < len(cdata):  # per-channel scales use other buffers: left out
+            seen.add(buf)
+            size = int(cdata[buf]["size"])
+            weights[XNN_DTYPE.get(xdt, xdt)] += size
+            tensors.append({"name": f"xnnpack{index}:value{tv['id_out']}", "dtype": XNN_DTYPE.get(xdt, xdt),
+                            "shape": tv.get("dims", []), "bytes": size})
+    nodes = graph.get("xnodes", [])
+    for ni, node in enumerate(nodes):
+        ty = "xnnpack:" + node["xnode_union_type"]
+        op_counts[ty] += 1
+        if node["xnode_union_type"] in XNN_DATA_NODES:
+            continue
+        ids = [i for k, i in node["xnode_union"].items()
+               if k.endswith("_id") and not k.startswith("output") and i != XNN_NO_VALUE and i in values]
+        kinds = [(values[i]["datatype"].removeprefix("xnn_datatype_"), bool(values[i].get("constant_buffer_idx")))
+                 for i in ids]
+        acts = {dt for dt, const in kinds if not const}
+        consts = {dt for dt, const in kinds if const}
+        if acts & XNN_INT8_ACT:
+            mode = "int8"
+        elif acts & XNN_DYNAMIC_ACT:
+            mode = "dynamic"
+        elif {XNN_DTYPE.get(c) for c in consts} & INT8_FAMILY:
+            mode = "weight_only"  # fp32 activations with int8/int4 weights
+        else:
+            mode = "float"
+        ops.append(OpInfo(ty, mode, f"xnnpack{index}:node{ni}"))
+    return len(nodes)
+
+
+def _xnnpack_graph(blob: bytes) -> dict:
+    """Decode an XnnpackBackend payload to a dict with the packaged flatc and the XNNPACK schema."""
+    import importlib.resources
+
+    import executorch.backends.xnnpack.serialization as xnn_serialization
+    from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
+    # Private helper: it runs the flatc binary shipped in the executorch wheel; 1.5.1 has no public decoder.
+    from executorch.exir._serialize._flatbuffer import _flatc_decompile
+
+    if blob[4:8] == XNNHeader.EXPECTED_MAGIC:
+        h = XNNHeader.from_bytes(blob[: XNNHeader.EXPECTED_LENGTH])
+        blob = blob[h.flatbuffer_offset: h.flatbuffer_offset + h.flatbuffer_size]
+    # else: legacy payload, the bare flatbuffer
+    schema = importlib.resources.files(xnn_serialization).joinpath("schema.fbs").read_bytes()
+    with tempfile.TemporaryDirectory() as d:
+        paths = {name: os.path.join(d, name) for name in ("schema.fbs", "xnn.bin")}
+        for name, data in (("schema.fbs", schema), ("xnn.bin", blob)):
+            with open(paths[name], "wb") as f:
+                f.write(data)
+        _flatc_decompile(d, paths["schema.fbs"], paths["xnn.bin"])
+        with open(os.path.join(d, "xnn.json")) as f:
+            raw = f.read()
+    # flatc writes bare inf/nan (e.g. the output_max of a ReLU clamp), which is not JSON.
+    raw = re.sub(r"(:\s*)(-?)inf\b", r"\1\2Infinity", raw)
+    raw = re.sub(r"(:\s*)-?nan\b", r"\1NaN", raw)
+    return json.loads(raw)

@@ -1,0 +1,100 @@
+"""Inspect a .tflite file: constant bytes by dtype and the kernel mode of every compute op."""
+
+from __future__ import annotations
+
+import collections
+
+from edgekit.targets.inspection import INT8_FAMILY, Inspection, OpInfo, build
+
+# Data movement and (de)quantization: not counted as compute ops.
+DATA_OPS = frozenset({
+    "RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS", "QUANTIZE", "DEQUANTIZE", "CONCATENATION",
+    "PACK", "UNPACK", "SLICE", "STRIDED_SLICE", "SPLIT", "SPLIT_V", "GATHER", "GATHER_ND", "PAD",
+    "PADV2", "SHAPE", "CAST", "TILE", "BROADCAST_TO", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH",
+    "REVERSE_V2", "MIRROR_PAD", "ZEROS_LIKE", "ONES_LIKE", "FILL",
+})
+FLOATS = frozenset({"float32", "float16", "bfloat16", "float64"})
+
+
+def inspect(path: str) -> Inspection:
+    from ai_edge_litert import schema_py_generated as fb
+    from ai_edge_litert.tools import flatbuffer_utils as fbu
+
+    # read_model also loads buffers stored after the flatbuffer (offset/size, as in >2 GB models).
+    # It may renumber buffers, so tensor.buffer is only meaningful against this object.
+    model = fbu.read_model(path)
+    dtype_names = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+    op_names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+
+    def op_type(op) -> str:
+        oc = model.operatorCodes[op.opcodeIndex]
+        code = max(oc.builtinCode, oc.deprecatedBuiltinCode)  # codes < 127 may sit in the deprecated field
+        if code == fb.BuiltinOperator.CUSTOM:
+            return "CUSTOM:" + (oc.customCode.decode() if oc.customCode else "?")
+        return op_names.get(code, str(code))
+
+    def const_bytes(t) -> int:
+        b = model.buffers[t.buffer] if t.buffer < len(model.buffers) else None
+        if b is None:
+            return 0
+        return len(b.data) if b.data is not None else int(b.size or 0)
+
+    def dtype(t) -> str:
+        return dtype_names.get(t.type, str(t.type))
+
+    def dequantized_int8_const(p, T) -> bool:  # p: the op producing an input, or None
+        if p is None or op_type(p) != "DEQUANTIZE":
+            return False
+        src = T[p.inputs[0]]
+        return bool(const_bytes(src)) and dtype(src) in INT8_FAMILY
+
+    weights: collections.Counter = collections.Counter()
+    seen_buffers: set[int] = set()
+    tensors, ops, op_counts = [], [], collections.Counter()
+    notes = []
+    for si, sg in enumerate(model.subgraphs):
+        T = sg.tensors
+        for t in T:
+            n = const_bytes(t)
+            if not n:
+                continue
+            if t.buffer not in seen_buffers:  # several tensors may share one buffer: count it once
+                seen_buffers.add(t.buffer)
+                weights[dtype(t)] += n
+                tensors.append({"name": t.name.decode(), "dtype": dtype(t),
+                                "shape": list(t.shape if t.shape is not None else []), "bytes": n})
+        producer = {o: op for op in sg.operators for o in op.outputs}
+        for oi, op in enumerate(sg.operators):
+            ty = op_type(op)
+            op_counts[ty] += 1
+            if ty in DATA_OPS:
+                continue
+            inputs = [i for i in op.inputs if i >= 0]  # -1: optional input left out
+            acts = {dtype(T[i]) for i in inputs if not const_bytes(T[i])}
+            consts = {dtype(T[i]) for i in inputs if const_bytes(T[i])}
+            if acts & {"int8", "uint8"}:
+                mode = "int8"
+            elif "int16" in acts:
+                mode = "int16"
+            elif (acts & FLOATS or not acts) and consts & INT8_FAMILY:
+                mode = "dynamic"  # hybrid kernel: float activations, int8/int4 weights, int8 GEMM
+            elif any(dequantized_int8_const(producer.get(i), T) for i in inputs):
+                mode = "weight_only"  # DEQUANTIZE(int8 constant) feeds a float kernel
+            else:
+                mode = "float"
+            ops.append(OpInfo(ty, mode, f"subgraph{si}:op{oi}"))
+        if any(op_type(op) == "STABLEHLO_COMPOSITE" for op in sg.operators):
+            notes.append("STABLEHLO_COMPOSITE ops found: their decomposition subgraphs are counted as well")
+
+    main = model.subgraphs[0]
+    io = {"inputs": [dtype(main.tensors[i]) for i in main.inputs],
+          "outputs": [dtype(main.tensors[i]) for i in main.outputs]}
+    if any(o.mode == "dynamic" for o in ops):
+        notes.append("dynamic-range (hybrid) ops: int8/int4 weights, activations quantized on the fly, float outputs")
+    if any(o.mode == "weight_only" for o in ops):
+        notes.append("weight-only ops: int8 weights are dequantized and the kernel runs in float")
+    if any(d in ("int8", "uint8") for d in io["inputs"]):
+        notes.append("integer model inputs: callers must quantize with the input tensor's scale and zero point")
+    return build("tflite", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors,
+                 io_dtypes=io, notes=notes)
+

@@ -1,0 +1,221 @@
+"""The "did it really quantize" inspection, on real fp32 and int8 artifacts built from digits_cnn."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from edgekit.errors import BadInput
+from edgekit.targets.inspection import Inspection, inspect_artifact
+from tests.conftest import DIGITS, DIGITS_CALIB, REPO
+
+pytestmark = pytest.mark.slow
+
+CALIB_SAMPLES = 16
+
+
+def _calib() -> np.ndarray:
+    return np.load(DIGITS_CALIB)["x"][:CALIB_SAMPLES].astype(np.float32)
+
+
+def _pt2e(quantizer, **convert_kw):
+    """digits_cnn quantized with `quantizer` through PT2E: (quantized module, example args)."""
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    args = (torch.from_numpy(_calib()[:1]),)
+    module = torch.export.load(str(DIGITS)).module()
+    prepared = prepare_pt2e(torch.export.export(module, args).module(), quantizer)
+    for x in _calib():
+        prepared(torch.from_numpy(x[None]))
+    return convert_pt2e(prepared, **convert_kw), args
+
+
+@pytest.fixture(scope="module")
+def fp32(converted_digits) -> dict[str, str]:
+    return {r.artifact.format: r.artifact.path for r in converted_digits[0].artifacts}
+
+
+@pytest.fixture(scope="module")
+def tflite_int8(tmp_path_factory) -> str:
+    import litert_torch
+    from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+    from litert_torch.quantize.quant_config import QuantConfig
+
+    quantizer = PT2EQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    module, args = _pt2e(quantizer, fold_quantize=False)
+    path = str(tmp_path_factory.mktemp("tflite") / "digits_int8.tflite")
+    litert_torch.convert(module, args, quant_config=QuantConfig(pt2e_quantizer=quantizer)).export(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def onnx_int8(fp32, tmp_path_factory) -> dict[str, str]:
+    """ONNX Runtime static QDQ (per-channel int8) and dynamic quantization of the fp32 ONNX."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType, quant_pre_process,
+                                          quantize_dynamic, quantize_static)
+
+    out = tmp_path_factory.mktemp("onnx")
+    pre, qdq, dyn = (str(out / f"digits_{n}.onnx") for n in ("pre", "qdq", "dyn"))
+    quant_pre_process(fp32["onnx"], pre)
+    name = ort.InferenceSession(pre, providers=["CPUExecutionProvider"]).get_inputs()[0].name
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter({name: x[None]} for x in _calib())
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(pre, qdq, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    quantize_dynamic(pre, dyn, weight_type=QuantType.QInt8)
+    return {"qdq": qdq, "dynamic": dyn}
+
+
+@pytest.fixture(scope="module")
+def pte_int8(tmp_path_factory) -> dict[str, str]:
+    """XNNPACK-quantized digits_cnn, lowered to XNNPACK and (the trap) left on portable kernels."""
+    import executorch.kernels.quantized  # noqa: F401 - registers the quantized_decomposed out variants
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (XNNPACKQuantizer,
+                                                                         get_symmetric_quantization_config)
+    from executorch.exir import to_edge, to_edge_transform_and_lower
+
+    module, args = _pt2e(XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True)))
+    out = tmp_path_factory.mktemp("pte")
+    paths = {"xnnpack": str(out / "digits_int8.pte"), "portable": str(out / "digits_int8_portable.pte")}
+    lowered = to_edge_transform_and_lower(torch.export.export(module, args), partitioner=[XnnpackPartitioner()])
+    (out / "digits_int8.pte").write_bytes(lowered.to_executorch().buffer)
+    (out / "digits_int8_portable.pte").write_bytes(to_edge(torch.export.export(module, args)).to_executorch().buffer)
+    return paths
+
+
+def _float_types(r: Inspection) -> str:
+    return " ".join(r.float_ops)
+
+
+def _check_fp32(r: Inspection, heavy_ops: tuple[str, ...]):
+    assert r.int8_weight_share == 0 and r.int8_compute_share == 0
+    assert r.weight_bytes_by_dtype["float32"] > 150_000
+    assert all(o.mode == "float" for o in r.ops)
+    for op in heavy_ops:
+        assert op in _float_types(r), (op, r.float_ops)
+
+
+def _check_static_int8(r: Inspection):
+    assert r.int8_weight_share >= 0.9, r.weight_bytes_by_dtype
+    assert r.int8_compute_share >= 0.9, r.float_ops
+    assert r.largest_tensors[0]["dtype"] == "int8" and r.largest_tensors[0]["bytes"] == 64 * 512
+
+
+def test_fp32_tflite(fp32):
+    r = inspect_artifact("tflite", fp32["tflite"])
+    _check_fp32(r, ("CONV_2D", "FULLY_CONNECTED ×2", "MAX_POOL_2D ×1"))
+    assert r.op_counts["CONV_2D"] == 1 and r.io_dtypes == {"inputs": ["float32"], "outputs": ["float32"]}
+    assert r.delegated is None
+
+
+def test_fp32_onnx(fp32):
+    r = inspect_artifact("onnx", fp32["onnx"])  # weights sit in .onnx.data: sized without reading them
+    _check_fp32(r, ("Conv ×2", "Gemm ×2"))
+    assert r.op_counts["Conv"] == 2
+    assert any("external data" in n for n in r.notes)
+
+
+def test_fp32_pte(fp32):
+    r = inspect_artifact("pte", fp32["pte"])
+    _check_fp32(r, ("xnnpack:XNNConv2d", "xnnpack:XNNFullyConnected ×2"))
+    assert r.delegated["XnnpackBackend"]["calls"] == 1 and r.delegated["XnnpackBackend"]["ops"] >= 5
+
+
+def test_int8_tflite_is_int8_end_to_end(tflite_int8):
+    r = inspect_artifact("tflite", tflite_int8)
+    _check_static_int8(r)
+    assert r.int8_compute_share == 1.0 and r.float_ops == ()
+    assert r.op_counts["CONV_2D"] == 1 and r.op_counts["FULLY_CONNECTED"] == 2
+    assert r.io_dtypes["inputs"] == ["int8"]  # litert-torch PT2E makes integer I/O
+    assert any("quantize with the input tensor's scale" in n for n in r.notes)
+
+
+def test_tflite_buffers_stored_after_the_flatbuffer(tflite_int8, tmp_path):
+    """Large-model layout: constant data at offset/size past the flatbuffer gives the same numbers."""
+    from ai_edge_litert.tools import flatbuffer_utils as fbu
+
+    model = fbu.read_model(tflite_int8)
+    blobs = {}
+    for i, b in enumerate(model.buffers):
+        if b.data is not None and len(b.data):
+            blobs[i], b.data, b.offset, b.size = bytes(b.data), None, 1, len(b.data)
+    out = bytearray(fbu.convert_object_to_bytearray(model))
+    root = fbu.Model.GetRootAs(out, 0)
+    for i, data in blobs.items():
+        out += b"\0" * (-len(out) % 16)
+        fbu.update_packed_buffer(root.Buffers(i), offset=len(out))
+        out += data
+    path = tmp_path / "offset.tflite"
+    path.write_bytes(bytes(out))
+    a, b = inspect_artifact("tflite", tflite_int8), inspect_artifact("tflite", str(path))
+    assert b.weight_bytes_by_dtype == a.weight_bytes_by_dtype and b.ops == a.ops
+
+
+def test_int8_onnx_qdq(onnx_int8):
+    r = inspect_artifact("onnx", onnx_int8["qdq"])
+    _check_static_int8(r)
+    assert r.op_counts["Conv"] == 2 and r.op_counts["Gemm"] == 2 and r.op_counts["DequantizeLinear"] > 0
+    # int32 biases come through DequantizeLinear too: they must not make Conv/Gemm look weight-only
+    assert "int32" in r.weight_bytes_by_dtype
+    assert {o.mode for o in r.ops if o.type in ("Conv", "Gemm")} == {"int8"}
+
+
+def test_int8_onnx_dynamic(onnx_int8):
+    r = inspect_artifact("onnx", onnx_int8["dynamic"])
+    assert r.int8_weight_share >= 0.9
+    heavy = [o for o in r.ops if o.type in ("ConvInteger", "MatMulInteger")]
+    assert len(heavy) == 4 and all(o.mode == "dynamic" for o in heavy)
+    assert 0 < r.int8_compute_share < 0.5  # the float Mul/Add rescaling around each kernel counts too
+    assert r.io_dtypes["inputs"] == ["float32"]
+
+
+def test_int8_pte_xnnpack(pte_int8):
+    r = inspect_artifact("pte", pte_int8["xnnpack"])
+    _check_static_int8(r)
+    assert r.int8_compute_share == 1.0
+    assert r.op_counts["xnnpack:XNNConv2d"] == 1 and r.op_counts["xnnpack:XNNFullyConnected"] == 2
+    assert r.io_dtypes["inputs"] == ["float32"] and "XnnpackBackend" in r.delegated
+
+
+def test_undelegated_int8_pte_is_caught(pte_int8):
+    """Int8 weights, but every conv/addmm is a float portable kernel between quantize/dequantize."""
+    r = inspect_artifact("pte", pte_int8["portable"])
+    assert r.int8_weight_share >= 0.9
+    assert r.int8_compute_share == 0
+    assert r.delegated == {}
+    assert "aten::convolution ×2 (qdq_float)" in r.float_ops and "aten::addmm ×2 (qdq_float)" in r.float_ops
+    assert any("XnnpackPartitioner" in n for n in r.notes)
+
+
+def test_to_json_is_plain_json(pte_int8, fp32):
+    for fmt, path in (("pte", pte_int8["portable"]), ("onnx", fp32["onnx"]), ("tflite", fp32["tflite"])):
+        d = json.loads(json.dumps(inspect_artifact(fmt, path).to_json()))
+        assert d["format"] == fmt and d["compute_ops"] == len(d["ops"]) and isinstance(d["float_ops"], list)
+
+
+def test_unknown_format_is_bad_input():
+    with pytest.raises(BadInput):
+        inspect_artifact("coreml", "model.mlpackage")
+
+
+def test_import_loads_no_framework():
+    code = ("import sys, edgekit.targets.inspection; "
+            "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'executorch', 'ai_edge_litert', "
+            "'litert_torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
