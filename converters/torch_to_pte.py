@@ -1,10 +1,19 @@
-"""torch → pte: torch.export, then ExecuTorch lowering with the XNNPACK partitioner."""
+"""torch → pte: torch.export, then ExecuTorch lowering with the XNNPACK partitioner.
+
+int8 and int8-dynamic go through PT2E with ExecuTorch's XNNPACKQuantizer; fp16 exports a half
+copy of the model behind float32 casts, so callers keep float32 I/O. --int8-io strips the
+boundary quantize/dequantize (ExecuTorch's quantize_io pass) and writes the parameters beside
+the program (see edgekit.io_params).
+"""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
+from edgekit import io_params
 from edgekit.artifact import ModelArtifact
+from edgekit.calibration import pt2e
 from edgekit.registry import Converter
 
 
@@ -12,15 +21,74 @@ class TorchToPte(Converter):
     name = "torch_to_pte"
     source = "torch"
     target = "pte"
-    precisions = ("fp32",)
+    precisions = ("fp32", "fp16", "int8", "int8-dynamic")
+    methods = pt2e.METHODS
+    int8_io = True
     extra = "executorch"
     cost = 1.0
-    tools = ("torch", "executorch")
+    tools = ("torch", "executorch", "torchao")
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
+        import torch
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
-        program = to_edge_transform_and_lower(ctx.torch_source.exported(), partitioner=[XnnpackPartitioner()])
-        out_path.write_bytes(program.to_executorch().buffer)
-        return ModelArtifact("pte", str(out_path), src.signature, precision)
+        torch_src = ctx.torch_source
+        args = torch_src.example_args()
+        files = [str(out_path)]
+        if precision == "fp32":
+            program = torch_src.exported()
+        elif precision == "fp16":
+            # A deep copy: .half() would otherwise change the source model's shared weights.
+            program = torch.export.export(_fp16_wrapper()(copy.deepcopy(torch_src.exported().module())), args)
+        else:
+            from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+                XNNPACKQuantizer,
+                get_symmetric_quantization_config,
+            )
+
+            dynamic = precision == "int8-dynamic"
+            quantizer = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config,
+                                       method=ctx.method, dynamic=dynamic)
+            quantized = pt2e.quantize(torch_src.exported().module(), quantizer, None if dynamic else ctx.calibration,
+                                      src.signature.input_names, example_args=args, fold_quantize=True)
+            program = torch.export.export(quantized, args)
+            if ctx.int8_io and not dynamic:
+                files.append(str(_integer_io(program, src, out_path)))
+        lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        out_path.write_bytes(lowered.to_executorch().buffer)
+        return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files))
+
+
+def _fp16_wrapper():
+    """The wrapper class, defined on demand so that importing this module needs no torch."""
+    import torch
+
+    class Fp16(torch.nn.Module):
+        """Runs the wrapped model in float16 between float32 inputs and outputs."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner.to(torch.float16)
+
+        def forward(self, *args):
+            out = self.inner(*[a.to(torch.float16) if a.is_floating_point() else a for a in args])
+            if isinstance(out, (tuple, list)):
+                return type(out)(o.to(torch.float32) for o in out)
+            return out.to(torch.float32)
+
+    return Fp16
+
+
+def _integer_io(program, src: ModelArtifact, out_path: Path) -> Path:
+    """Make every input and output int8 and record their scale/zero-point beside the program."""
+    from executorch.exir.passes.quantize_io_pass import quantize_input, quantize_output
+
+    def entry(name, params):
+        scale, zero_point, _qmin, _qmax, dtype = params
+        return {"name": name, "dtype": str(dtype).replace("torch.", ""), "scale": float(scale),
+                "zero_point": int(zero_point)}
+
+    inputs = [entry(s.name, quantize_input(program, i)) for i, s in enumerate(src.signature.inputs)]
+    outputs = [entry(s.name, quantize_output(program, i)) for i, s in enumerate(src.signature.outputs)]
+    return io_params.write(out_path, inputs, outputs)

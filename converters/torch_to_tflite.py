@@ -1,10 +1,11 @@
-"""torch → tflite with litert-torch (the renamed ai-edge-torch)."""
+"""torch → tflite with litert-torch (the renamed ai-edge-torch); int8 through its PT2E quantizer."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from edgekit.artifact import ModelArtifact
+from edgekit.calibration import pt2e
 from edgekit.registry import Converter
 
 
@@ -12,16 +13,43 @@ class TorchToTflite(Converter):
     name = "torch_to_tflite"
     source = "torch"
     target = "tflite"
-    precisions = ("fp32",)
+    precisions = ("fp32", "fp16", "int8", "int8-dynamic")
+    methods = pt2e.METHODS
+    int8_io = True
     extra = "tflite"
     cost = 1.0
-    tools = ("torch", "litert_torch", "ai_edge_litert")
+    tools = ("torch", "litert_torch", "ai_edge_litert", "torchao")
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
         import litert_torch
 
         torch_src = ctx.torch_source
         module = torch_src.exported().module()  # one export, shared with the other torch edges
-        edge_model = litert_torch.convert(module, torch_src.example_args())
-        edge_model.export(str(out_path))
+        args = torch_src.example_args()
+        if precision == "fp32":
+            litert_torch.convert(module, args).export(str(out_path))
+        elif precision == "fp16":
+            from litert_torch.generative.quantize import quant_recipes
+
+            litert_torch.convert(module, args, quant_config=quant_recipes.full_fp16_recipe()).export(str(out_path))
+        else:
+            from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+            from litert_torch.quantize.quant_config import QuantConfig
+
+            dynamic = precision == "int8-dynamic"
+            quantizer = pt2e.configure(PT2EQuantizer(), get_symmetric_quantization_config,
+                                       method=ctx.method, dynamic=dynamic)
+            # fold_quantize=False: litert lowers the weights' quantize/dequantize pairs itself.
+            quantized = pt2e.quantize(module, quantizer, None if dynamic else ctx.calibration,
+                                      src.signature.input_names, example_args=args, fold_quantize=False)
+            model = litert_torch.convert(quantized, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
+            if dynamic or ctx.int8_io:
+                model.export(str(out_path))  # static int8 comes out with integer I/O
+            else:
+                from edgekit.calibration.tflite_io import float_io
+
+                raw = ctx.work_dir / f"{out_path.stem}.int8-io.tflite"
+                model.export(str(raw))
+                float_io(raw, out_path)
+                raw.unlink()
         return ModelArtifact("tflite", str(out_path), src.signature, precision)

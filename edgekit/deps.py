@@ -24,6 +24,7 @@ DISTRIBUTIONS: dict[str, str] = {
     "onnx": "onnx",
     "onnxscript": "onnxscript",
     "onnxruntime": "onnxruntime",
+    "torchao": "torchao",
 }
 
 

@@ -21,6 +21,7 @@ MANIFEST: dict[str, str] = {
     "torch_to_tflite": "edgekit.converters.torch_to_tflite:TorchToTflite",
     "torch_to_pte": "edgekit.converters.torch_to_pte:TorchToPte",
     "torch_to_onnx": "edgekit.converters.torch_to_onnx:TorchToOnnx",
+    "onnx_quantize": "edgekit.converters.onnx_quantize:OnnxQuantize",
 }
 ENTRY_POINT_GROUP = "edgekit.converters"
 

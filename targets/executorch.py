@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgekit import io_params
 from edgekit.signature import Signature
 
 
@@ -14,10 +15,27 @@ class PteRunner:
         self.program = Runtime.get().load_program(path)
         self.method = self.program.load_method("forward")
         self.signature = signature
+        # Integer I/O: the parameters are written beside the program (a .pte does not expose them).
+        self.io = io_params.read(path) or {"inputs": [], "outputs": []}
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         import torch
 
-        # A fresh copy per input: ExecuTorch rejects zero strides (see STACK.md).
-        args = [torch.from_numpy(np.array(feeds[s.name], copy=True)) for s in self.signature.inputs]
-        return [o.numpy() if hasattr(o, "numpy") else np.asarray(o) for o in self.method.execute(args)]
+        args = []
+        for i, spec in enumerate(self.signature.inputs):
+            # A fresh copy per input: ExecuTorch rejects zero strides (see STACK.md).
+            x = np.array(feeds[spec.name], copy=True)
+            p = _entry(self.io["inputs"], i)
+            if p is not None:
+                x = io_params.quantize(x, p["scale"], p["zero_point"], np.dtype(p["dtype"]))
+            args.append(torch.from_numpy(x))
+        outputs = []
+        for j, o in enumerate(self.method.execute(args)):
+            y = o.numpy() if hasattr(o, "numpy") else np.asarray(o)
+            p = _entry(self.io["outputs"], j)
+            outputs.append(io_params.dequantize(y, p["scale"], p["zero_point"]) if p is not None else y)
+        return outputs
+
+
+def _entry(entries: list, i: int) -> dict | None:
+    return entries[i] if i < len(entries) else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from edgekit import io_params
 from edgekit.signature import Signature
 
 _ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
@@ -24,10 +25,19 @@ class OnnxRunner:
         by_name = {i.name: i for i in inputs}
         ours = signature.input_names
         self.inputs = [by_name[n] for n in ours] if set(ours) <= set(by_name) else inputs
+        # Integer I/O: the parameters are written beside the model by the quantizer.
+        self.io = io_params.read(path) or {"inputs": [], "outputs": []}
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        onnx_feeds = {
-            meta.name: np.array(feeds[spec.name], copy=True).astype(_ORT_TYPES.get(meta.type, np.float32), copy=False)
-            for spec, meta in zip(self.signature.inputs, self.inputs)
-        }
-        return list(self.session.run(None, onnx_feeds))
+        onnx_feeds = {}
+        for i, (spec, meta) in enumerate(zip(self.signature.inputs, self.inputs)):
+            x = np.array(feeds[spec.name], copy=True)
+            p = self.io["inputs"][i] if i < len(self.io["inputs"]) else None
+            if p is not None:
+                x = io_params.quantize(x, p["scale"], p["zero_point"], np.dtype(p["dtype"]))
+            onnx_feeds[meta.name] = x.astype(_ORT_TYPES.get(meta.type, np.float32), copy=False)
+        outputs = []
+        for j, y in enumerate(self.session.run(None, onnx_feeds)):
+            p = self.io["outputs"][j] if j < len(self.io["outputs"]) else None
+            outputs.append(io_params.dequantize(y, p["scale"], p["zero_point"]) if p is not None else y)
+        return outputs

@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from edgekit import io_params
 from edgekit.signature import Signature
 
 
@@ -55,13 +56,12 @@ def _quantize(x: np.ndarray, detail: dict) -> np.ndarray:
     dtype = np.dtype(detail["dtype"])
     if dtype.kind in "iu" and x.dtype.kind == "f":
         scale, zero = detail["quantization"]
-        info = np.iinfo(dtype)
-        return np.clip(np.round(x / scale) + zero, info.min, info.max).astype(dtype)
+        return io_params.quantize(x, scale, zero, dtype)
     return x.astype(dtype, copy=False)
 
 
 def _dequantize(y: np.ndarray, detail: dict) -> np.ndarray:
     scale, zero = detail["quantization"]
     if np.dtype(detail["dtype"]).kind in "iu" and scale:
-        return (y.astype(np.float32) - zero) * np.float32(scale)
+        return io_params.dequantize(y, scale, zero)
     return y

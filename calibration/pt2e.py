@@ -1,0 +1,64 @@
+"""PT2E post-training quantization, shared by the litert-torch and ExecuTorch backends.
+
+Both backends take a PT2E quantizer (litert-torch's `PT2EQuantizer`, ExecuTorch's
+`XNNPACKQuantizer`) configured with a symmetric, per-channel int8 config. The calibration method
+chooses the activation observer; only the observers torchao ships are offered:
+
+    minmax → MinMaxObserver      (the range seen)
+    mse    → HistogramObserver   (the range that minimises the L2 quantization error; the default
+                                  of both backends' configs)
+
+Percentile and entropy have no PT2E observer, so these backends refuse them (see METHODS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from edgekit.calibration.data import SampleSet
+
+METHODS = ("minmax", "mse")
+
+
+def _observer(method: str):
+    from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
+
+    return {"minmax": MinMaxObserver, "mse": HistogramObserver}[method]
+
+
+def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic: bool):
+    """Set `quantizer`'s global config: symmetric per-channel int8 with the method's observer."""
+    config = get_config(is_per_channel=True, is_dynamic=dynamic)
+    if not dynamic:
+        # The config classes are frozen dataclasses: replace the activation observer.
+        act = dataclasses.replace(config.input_activation,
+                                  observer_or_fake_quant_ctr=_observer(method).with_args(eps=2 ** -12))
+        config = dataclasses.replace(config, input_activation=act, output_activation=act)
+    return quantizer.set_global(config)
+
+
+def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, example_args: tuple,
+             fold_quantize: bool):
+    """prepare_pt2e → run the calibration samples → convert_pt2e. Returns the quantized GraphModule.
+
+    `calibration` is None for dynamic quantization: activations are quantized at run time, and one
+    run on `example_args` only traces the observers.
+    """
+    import torch
+    from torchao.quantization.pt2e import move_exported_model_to_eval
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    prepared = prepare_pt2e(module, quantizer)
+    move_exported_model_to_eval(prepared)
+    with torch.no_grad():
+        if calibration is None:
+            prepared(*example_args)
+        for i in range(len(calibration) if calibration is not None else 0):
+            prepared(*[torch.from_numpy(np.array(calibration.inputs[n][i], copy=True)) for n in input_names])
+    converted = convert_pt2e(prepared, fold_quantize=fold_quantize)
+    move_exported_model_to_eval(converted)
+    converted.training = False  # exported modules refuse .eval(); converters read .training
+    return converted
