@@ -8,6 +8,10 @@ PT2E-quantized .pte without a delegate runs float portable kernels between quant
   (quantization scales and zero points are left out of both).
 - `int8_compute_share`: share of compute ops (data movement and quantize/dequantize excluded) whose
   kernel takes int8 activations (`int8`) or quantizes float activations on the fly (`dynamic`).
+- `int8_heavy_op_share`: the same share over the multiply-accumulate ops only (convolutions,
+  matrix multiplies, fully-connected), where nearly all of the arithmetic is. Elementwise ops left
+  in float (activations, squeeze-excitation gates) are common in real int8 models; float
+  convolutions are not.
 
 The rules are static: they say what the graph asks for, not which kernel a runtime finally picks.
 Importing this module is cheap; each format's reader imports its framework only when called.
@@ -16,6 +20,7 @@ Importing this module is cheap; each format's reader imports its framework only 
 from __future__ import annotations
 
 import collections
+import re
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
@@ -26,6 +31,7 @@ INT8_MODES = frozenset({"int8", "dynamic"})
 INT8_FAMILY = frozenset({"int8", "uint8", "int4", "uint4"})
 TOP_TENSORS = 5
 JSON_OPS_LIMIT = 64  # to_json lists every op only up to this many
+HEAVY_OPS = re.compile(r"conv|matmul|gemm|fully_?connected|batch_?mat_?mul|addmm|\bmm\b|linear", re.I)
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,7 @@ class Inspection:
     int8_weight_share: float
     ops: tuple[OpInfo, ...]  # compute ops only
     int8_compute_share: float
+    int8_heavy_op_share: float
     float_ops: tuple[str, ...]  # e.g. "MAX_POOL_2D ×1", "CONV_2D ×2 (weight_only)"
     op_counts: dict[str, int]  # every op, data movement and (de)quantize included
     largest_tensors: tuple[dict, ...]  # constant tensors: name, dtype, shape, bytes
@@ -63,6 +70,7 @@ class Inspection:
             "weight_bytes_by_dtype": dict(self.weight_bytes_by_dtype),
             "int8_weight_share": self.int8_weight_share,
             "int8_compute_share": self.int8_compute_share,
+            "int8_heavy_op_share": self.int8_heavy_op_share,
             "compute_ops": len(self.ops),
             "ops_by_mode": dict(collections.Counter(o.mode for o in self.ops)),
             "float_ops": list(self.float_ops),
@@ -86,12 +94,14 @@ def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: di
     groups = collections.Counter((o.type, o.mode) for o in ops if not o.int8)  # keeps first-seen order
     float_ops = tuple(f"{ty} ×{n}" + ("" if mode == "float" else f" ({mode})") for (ty, mode), n in groups.items())
     largest = sorted(tensors, key=lambda t: -t["bytes"])[:TOP_TENSORS]
+    heavy = [o for o in ops if HEAVY_OPS.search(o.type)]
     return Inspection(
         format=fmt,
         weight_bytes_by_dtype=dict(sorted(weights.items(), key=lambda kv: -kv[1])),
         int8_weight_share=round(low / total, 4) if total else 0.0,
         ops=tuple(ops),
         int8_compute_share=round(sum(o.int8 for o in ops) / len(ops), 4) if ops else 0.0,
+        int8_heavy_op_share=round(sum(o.int8 for o in heavy) / len(heavy), 4) if heavy else 0.0,
         float_ops=float_ops,
         op_counts=dict(collections.Counter(op_counts).most_common()),
         largest_tensors=tuple({**t, "shape": tuple(t["shape"])} for t in largest),

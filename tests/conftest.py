@@ -27,3 +27,25 @@ def converted_digits(tmp_path_factory):
     out = tmp_path_factory.mktemp("digits")
     result = convert(ConvertRequest(str(DIGITS), ("all",), str(out), eval_data=str(DIGITS_EVAL)))
     return result, out
+
+MOBILENET = SAMPLES / "digits_mobilenet.pt2"
+MOBILENET_CALIB = SAMPLES / "digits32_calib.npz"
+MOBILENET_EVAL = SAMPLES / "digits32_eval.npz"
+
+
+def convert_sample(tmp_path_factory, model, calib, eval_data, precision="fp32", **options):
+    """Convert a bundled sample model to every target at `precision`, verified on its eval split."""
+    from edgekit.calibration.sources import CalibrationSpec
+    from edgekit.pipeline import ConvertRequest, convert
+
+    out = tmp_path_factory.mktemp(f"{model.stem}-{precision}")
+    calibration = CalibrationSpec(str(calib)) if precision == "int8" else None
+    request = ConvertRequest(str(model), ("all",), str(out), precision=precision, eval_data=str(eval_data),
+                             calibration=calibration, **options)
+    return convert(request)
+
+
+@pytest.fixture(scope="session")
+def digits_int8_auto(tmp_path_factory):
+    """The digits CNN at int8 on every target, each backend trying all its calibration methods."""
+    return convert_sample(tmp_path_factory, DIGITS, DIGITS_CALIB, DIGITS_EVAL, "int8", calib_method="auto")

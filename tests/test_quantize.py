@@ -1,0 +1,174 @@
+"""int8, int8-dynamic and fp16 on every target, proven in each runtime against the float model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edgekit import io_params
+from edgekit.calibration.sources import CalibrationSpec
+from edgekit.errors import BadInput
+from edgekit.pipeline import ConvertRequest, convert
+from edgekit.verify import THRESHOLDS, compare
+from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL,
+                            convert_sample, run_cli)
+
+pytestmark = pytest.mark.slow
+
+BACKEND_METHODS = {"tflite": ["minmax", "mse"], "executorch": ["minmax", "mse"],
+                   "onnx": ["minmax", "percentile", "entropy"]}
+
+
+def by_target(result) -> dict:
+    return {r.target: r for r in result.artifacts}
+
+
+def test_int8_on_every_target_is_really_int8_and_keeps_accuracy(digits_int8_auto, converted_digits):
+    fp32 = by_target(converted_digits[0])
+    for target, r in by_target(digits_int8_auto).items():
+        v, insp = r.verdict, r.verdict.inspection
+        assert v.status == "pass", (target, v.reasons)
+        assert r.artifact.precision == "int8"
+        assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
+        assert v.metrics["output_0"]["cosine"] >= 0.99
+        assert insp["int8_weight_share"] >= 0.9, (target, insp["weight_bytes_by_dtype"])
+        assert insp["int8_heavy_op_share"] == 1.0, (target, insp["float_ops"])
+        assert insp["io_dtypes"] == {"inputs": ["float32"], "outputs": ["float32"]}  # float I/O by default
+        assert r.artifact.bytes <= 0.4 * fp32[target].artifact.bytes
+
+
+def test_auto_lists_every_candidate_and_keeps_the_least_drift(digits_int8_auto):
+    for target, r in by_target(digits_int8_auto).items():
+        cal = r.artifact.meta["calibration"]
+        assert cal["requested"] == "auto" and cal["source"] == str(DIGITS_CALIB)
+        assert [c["method"] for c in cal["candidates"]] == BACKEND_METHODS[target]
+        best = max(cal["candidates"], key=lambda c: c["sqnr_db"])
+        assert cal["method"] == best["method"]
+        assert cal["held_out_samples"] == 40 and cal["samples"] == 160  # 20% of 200 held out
+        assert all(0.9 < c["cosine"] <= 1 for c in cal["candidates"])
+
+
+@pytest.mark.parametrize("precision", ["int8-dynamic", "fp16"])
+def test_dynamic_and_fp16_on_every_target(tmp_path_factory, converted_digits, precision):
+    fp32 = by_target(converted_digits[0])
+    result = convert_sample(tmp_path_factory, DIGITS, DIGITS_CALIB, DIGITS_EVAL, precision)
+    assert set(by_target(result)) == {"tflite", "executorch", "onnx"}
+    for target, r in by_target(result).items():
+        v = r.verdict
+        assert v.status == "pass", (target, v.reasons)
+        assert v.thresholds["cosine"] == THRESHOLDS[precision]["cosine"]
+        assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
+        assert r.artifact.meta.get("calibration") is None  # neither needs calibration data
+        ratio = r.artifact.bytes / fp32[target].artifact.bytes
+        if precision == "fp16":
+            assert 0.4 < ratio < 0.65, (target, ratio)
+            assert v.metrics["output_0"]["cosine"] >= 0.999
+        else:
+            assert ratio < 0.45, (target, ratio)
+            assert v.inspection["int8_weight_share"] >= 0.5
+
+
+def test_int8_io_on_every_target(tmp_path_factory):
+    result = convert_sample(tmp_path_factory, DIGITS, DIGITS_CALIB, DIGITS_EVAL, "int8", int8_io=True)
+    for target, r in by_target(result).items():
+        v = r.verdict
+        assert v.status == "pass", (target, v.reasons)
+        assert v.inspection["io_dtypes"] == {"inputs": ["int8"], "outputs": ["int8"]}
+        assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
+        sidecar = io_params.read(r.artifact.path)
+        if target == "tflite":
+            assert sidecar is None and len(r.artifact.files) == 1  # the .tflite carries its own
+        else:
+            assert str(io_params.sidecar(r.artifact.path)) in r.artifact.files
+            (x,) = sidecar["inputs"]
+            assert x["name"] == "x" and x["dtype"] == "int8" and 0 < x["scale"] < 0.01
+
+
+def test_mobilenet_int8_is_small_really_int8_and_accurate(tmp_path_factory):
+    fp32 = by_target(convert_sample(tmp_path_factory, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL))
+    int8 = by_target(convert_sample(tmp_path_factory, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL, "int8"))
+    assert set(int8) == {"tflite", "executorch", "onnx"}
+    for target, r in int8.items():
+        v = r.verdict
+        assert fp32[target].verdict.status == "pass"
+        assert v.status == "pass", (target, v.reasons)
+        assert v.task_accuracy["reference"] > 0.95
+        assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
+        assert v.inspection["int8_weight_share"] >= 0.9, (target, v.inspection["weight_bytes_by_dtype"])
+        assert r.artifact.bytes <= 0.4 * fp32[target].artifact.bytes, (target, r.artifact.bytes, fp32[target].artifact.bytes)
+
+
+@pytest.mark.parametrize("target, method", [("onnx", "entropy"), ("onnx", "percentile"), ("tflite", "mse")])
+def test_each_method_by_name(tmp_path, target, method):
+    result = convert(ConvertRequest(str(DIGITS), (target,), str(tmp_path), precision="int8",
+                                    eval_data=str(DIGITS_EVAL), calibration=CalibrationSpec(str(DIGITS_CALIB)),
+                                    calib_method=method))
+    (r,) = result.artifacts
+    assert r.verdict.status == "pass", r.verdict.reasons
+    assert r.artifact.meta["calibration"] == {"source": str(DIGITS_CALIB), "samples": 200, "method": method}
+
+
+def test_a_method_the_backend_lacks_is_an_error_not_a_substitute(tmp_path):
+    calib = CalibrationSpec(str(DIGITS_CALIB))
+    with pytest.raises(BadInput, match=r"the tflite backend has no 'percentile' calibration \(it has minmax, mse\)") as info:
+        convert(ConvertRequest(str(DIGITS), ("tflite", "onnx"), str(tmp_path), precision="int8", calibration=calib,
+                               calib_method="percentile"))
+    assert "'percentile' is available for: onnx" in info.value.fix
+    with pytest.raises(BadInput, match=r"the onnx backend has no 'mse' calibration"):
+        convert(ConvertRequest(str(DIGITS), ("onnx",), str(tmp_path), precision="int8", calibration=calib,
+                               calib_method="mse"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_inspection_fails_an_int8_verdict_for_a_model_that_did_not_quantize(converted_digits):
+    """An fp32 artifact judged as int8: outputs match, but the inspection says it is all float."""
+    from edgekit.loading import open_source
+    from edgekit.runners import run_isolated
+
+    with np.load(DIGITS_EVAL) as data:
+        x = data["x"][:16].reshape(16, 1, 1, 8, 8)
+    src = open_source(str(DIGITS))
+    ref = [np.stack([src.run({"x": xi})[0] for xi in x])]
+    for r in converted_digits[0].artifacts:
+        outputs, inspection = run_isolated(r.artifact, {"x": x}, inspect=True)
+        verdict = compare(ref, outputs, THRESHOLDS["int8"], inspection=inspection)
+        assert verdict.status == "fail"
+        assert any(reason.startswith("did not really quantize: only 0.0% of the weight bytes are stored as int8")
+                   for reason in verdict.reasons), verdict.reasons
+        assert any("float ops left:" in reason for reason in verdict.reasons)
+
+
+def test_random_calibration_warns_in_the_json(tmp_path):
+    proc = run_cli("convert", DIGITS, "-t", "onnx", "--int8", "--calib", "random", "--eval", DIGITS_EVAL,
+                   "--json", "-o", tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    assert any("RANDOM" in w for w in doc["warnings"])
+    assert doc["artifacts"][0]["calibration"]["source"] == "random"
+    assert "calibrated on RANDOM inputs" in proc.stderr
+
+
+@pytest.mark.parametrize("arrays, message", [
+    ({"x": np.zeros((50, 3, 8, 8), np.float32)}, "input 'x' has shape (50, 3, 8, 8), expected (N, 1, 8, 8)"),
+    ({"x": np.zeros((50, 1, 8, 8), np.int32)}, "input 'x' is int32, the model takes float32"),
+    ({"x": np.full((50, 1, 8, 8), np.nan, np.float32)}, "input 'x' contains NaN or Inf in 50 sample(s)"),
+    ({"x": np.zeros((0, 1, 8, 8), np.float32)}, "input 'x' holds no samples"),
+    ({"x": np.zeros((50, 1, 8, 8), np.float32), "mask": np.zeros(50)}, "key(s) ['mask'] that are not inputs"),
+], ids=["shape", "dtype", "nan", "empty", "unknown-key"])
+def test_bad_calibration_data_exits_2_and_writes_nothing(tmp_path, arrays, message):
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, **arrays)
+    out = tmp_path / "out"
+    proc = run_cli("convert", DIGITS, "-t", "tflite", "--int8", "--calib", calib, "-o", out)
+    assert proc.returncode == 2, proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("edgekit: error:")]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_int8_without_calibration_data(tmp_path):
+    proc = run_cli("convert", DIGITS, "-t", "executorch", "--int8", "-o", tmp_path / "o")
+    assert proc.returncode == 2
+    assert "int8 needs calibration data — fix: pass --calib data.npz" in proc.stderr
