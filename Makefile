@@ -23,8 +23,12 @@ test: setup
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
 
+bench: setup
+	$(BIN)/python bench/bench_convert.py
+
 samples: setup
 	$(BIN)/python sample_models/train_digits_cnn.py
+	$(BIN)/python sample_models/train_digits_mobilenet.py
 
 clean:
 	rm -rf $(VENV) demo-out edgekit-out .pytest_cache
