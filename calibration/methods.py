@@ -14,6 +14,15 @@ def quantizing_step(plan):
     return next((s for s in plan.steps if s.precision == "int8"), None)
 
 
+def _targets_where(has) -> list[str]:
+    """Names of the targets whose int8 converter satisfies `has` (a predicate on the class)."""
+    from edgekit.registry import converters
+    from edgekit.targets import TARGETS
+
+    formats = {c.target for c in converters().values() if "int8" in c.precisions and has(c)}
+    return [t.name for t in TARGETS.values() if t.format in formats]
+
+
 def check_supported(plans, method: str, int8_io: bool) -> None:
     """Before any work: every int8 route must have the method (or auto) and, if asked, integer I/O."""
     by_target = {}
@@ -23,14 +32,14 @@ def check_supported(plans, method: str, int8_io: bool) -> None:
             by_target[target.name] = step.converter
     for name, conv in by_target.items():
         if method != AUTO and method not in conv.methods:
-            having = [t for t, c in by_target.items() if method in c.methods]
+            having = _targets_where(lambda c: method in c.methods)
             raise BadInput(
                 f"the {name} backend has no '{method}' calibration (it has {', '.join(conv.methods)})",
                 fix=f"use --calib-method {' or '.join(conv.methods)} or auto"
                     + (f"; '{method}' is available for: {', '.join(having)}" if having else ""),
             )
         if int8_io and not conv.int8_io:
-            having = [t for t, c in by_target.items() if c.int8_io]
+            having = _targets_where(lambda c: c.int8_io)
             raise BadInput(
                 f"the {name} backend cannot give a model integer inputs and outputs",
                 fix="drop --int8-io for this target" + (f"; targets that can: {', '.join(having)}" if having else ""),

@@ -47,15 +47,17 @@ def test_precision_is_produced_by_the_edge_that_can_make_it_and_carried_through(
 
 
 def test_no_route_names_what_is_reachable():
-    with pytest.raises(BadInput, match=r"no route from torch-export to tflite at int8.*reachable from torch-export: "
-                                       r"onnx \(fp32\), pte \(fp32\), tflite \(fp32\)") as info:
-        Graph().plan("torch-export", "tflite", "int8")
+    every = "fp16/fp32/int8/int8-dynamic"
+    with pytest.raises(BadInput, match=rf"no route from torch-export to ort at fp32.*reachable from torch-export: "
+                                       rf"onnx \({every}\), pte \({every}\), tflite \({every}\)") as info:
+        Graph().plan("torch-export", "ort")
     assert info.value.exit_code == 2
 
 
-def test_no_route_to_a_format_without_edges():
-    with pytest.raises(BadInput, match="no route from torch-export to ptl"):
-        Graph().plan("torch-export", "ptl")
+def test_a_precision_no_edge_produces():
+    graph = Graph([edge("to_onnx", "torch", "onnx")])
+    with pytest.raises(BadInput, match=r"no route from torch-export to onnx at int8 .*reachable from torch-export: onnx \(fp32\)"):
+        graph.plan("torch-export", "onnx", "int8")
 
 
 def test_unknown_precision():
