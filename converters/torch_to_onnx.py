@@ -20,10 +20,10 @@ class TorchToOnnx(Converter):
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
         import torch
 
-        torch_src = ctx.torch_source
+        source = ctx.source
         torch.onnx.export(
-            torch_src.exported(),
-            torch_src.example_args(),
+            source.exported(),
+            source.example_args(),
             str(out_path),
             dynamo=True,
             input_names=list(src.signature.input_names),

@@ -33,14 +33,14 @@ class TorchToPte(Converter):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower
 
-        torch_src = ctx.torch_source
-        args = torch_src.example_args()
+        source = ctx.source
+        args = source.example_args()
         files = [str(out_path)]
         if precision == "fp32":
-            program = torch_src.exported()
+            program = source.exported()
         elif precision == "fp16":
             # A deep copy: .half() would otherwise change the source model's shared weights.
-            program = torch.export.export(_fp16_wrapper()(copy.deepcopy(torch_src.exported().module())), args)
+            program = torch.export.export(_fp16_wrapper()(copy.deepcopy(source.exported().module())), args)
         else:
             from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
                 XNNPACKQuantizer,
@@ -50,7 +50,7 @@ class TorchToPte(Converter):
             dynamic = precision == "int8-dynamic"
             quantizer = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config,
                                        method=ctx.method, dynamic=dynamic)
-            quantized = pt2e.quantize(torch_src.exported().module(), quantizer, None if dynamic else ctx.calibration,
+            quantized = pt2e.quantize(source.exported().module(), quantizer, None if dynamic else ctx.calibration,
                                       src.signature.input_names, example_args=args, fold_quantize=True)
             program = torch.export.export(quantized, args)
             if ctx.int8_io and not dynamic:

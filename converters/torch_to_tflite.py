@@ -23,9 +23,9 @@ class TorchToTflite(Converter):
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
         import litert_torch
 
-        torch_src = ctx.torch_source
-        module = torch_src.exported().module()  # one export, shared with the other torch edges
-        args = torch_src.example_args()
+        source = ctx.source
+        module = source.exported().module()  # one export, shared with the other torch edges
+        args = source.example_args()
         if precision == "fp32":
             litert_torch.convert(module, args).export(str(out_path))
         elif precision == "fp16":

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -48,6 +48,15 @@ def import_spec(spec: str, what: str) -> Any:
         return getattr(module, attr)
     except AttributeError:
         raise BadInput(f"{module_name} has no attribute {attr!r} ({what} {spec})") from None
+
+
+class Source(Protocol):
+    """An opened source model: what it is (`artifact`, with its signature) and how to run it in its
+    own framework, one sample at a time, as the reference every artifact is compared with."""
+
+    artifact: ModelArtifact
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
 
 
 class TorchSource:

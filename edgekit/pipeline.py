@@ -23,7 +23,7 @@ from edgekit.calibration.methods import AUTO, HOLDOUT_FRACTION, METHODS, check_s
 from edgekit.calibration.sources import CalibrationSpec
 from edgekit.errors import BadInput
 from edgekit.graph import Graph, Plan
-from edgekit.loading import SourceOptions, TorchSource
+from edgekit.loading import Source, SourceOptions
 from edgekit.quiet import captured
 from edgekit.verify import THRESHOLDS, Verdict, compare
 
@@ -98,7 +98,7 @@ class ConvertResult:
 class ConvertContext:
     """What converters may use beyond their input artifact."""
 
-    torch_source: TorchSource
+    source: Source  # the opened source model (a TorchSource for PyTorch sources)
     work_dir: Path
     calibration: SampleSet | None = None
     method: str = "minmax"  # a concrete method, never "auto"
@@ -142,8 +142,8 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
 
     say(f"loading {req.source}")
     with captured():
-        torch_src = open_source(req.source, req.source_options)
-    source = torch_src.artifact
+        source_model = open_source(req.source, req.source_options)
+    source = source_model.artifact
     warnings: list[str] = []
     calib = held_out = None
     if calibrated:
@@ -162,24 +162,24 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
                         "which says little about accuracy; pass --eval data.npz")
 
     say(f"running the source model on {len(samples)} samples")
-    reference = _run_reference(torch_src, samples)
+    reference = _run_reference(source_model, samples)
     selection = None
     if req.calib_method == AUTO and held_out is not None:
-        selection = (held_out, reference if held_out is samples else _run_reference(torch_src, held_out))
+        selection = (held_out, reference if held_out is samples else _run_reference(source_model, held_out))
 
     out_dir = Path(req.out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BadInput(f"cannot create output folder {out_dir}: {e.strerror}") from None
-    job = _Job(torch_src, req, calib, selection, thresholds, out_dir, _stem(req.source), say)
+    job = _Job(source_model, req, calib, selection, thresholds, out_dir, _stem(req.source), say)
     results = [job.run(target, plan, samples, reference) for target, plan in plans]
     return ConvertResult(source, source.sha256 if source.files else None, tuple(results), tuple(warnings))
 
 
 @dataclass(frozen=True)
 class _Job:
-    torch_src: TorchSource
+    source: Source
     req: ConvertRequest
     calib: SampleSet | None
     selection: tuple | None  # (held-out samples, their reference outputs) for --calib-method auto
@@ -219,9 +219,9 @@ class _Job:
         from edgekit.targets import by_format
 
         folder.mkdir(parents=True, exist_ok=True)
-        ctx = ConvertContext(self.torch_src, folder, self.calib, method, self.req.int8_io)
+        ctx = ConvertContext(self.source, folder, self.calib, method, self.req.int8_io)
         suffix = "" if plan.precision == "fp32" else f".{plan.precision}"
-        artifact = self.torch_src.artifact.evolve(meta={"route": [self.torch_src.artifact.format]})
+        artifact = self.source.artifact.evolve(meta={"route": [self.source.artifact.format]})
         for i, step in enumerate(plan.steps):
             conv = step.converter
             ext = by_format(conv.target).extension
@@ -257,11 +257,11 @@ def _drift_rank(candidate: dict) -> tuple:
     return (float("inf") if sqnr is None else sqnr, candidate["cosine"])
 
 
-def _run_reference(torch_src: TorchSource, samples) -> list[np.ndarray]:
+def _run_reference(source: Source, samples) -> list[np.ndarray]:
     per_sample = []
     n = len(samples)
     for i in range(n):
-        per_sample.append(torch_src.run({k: v[i] for k, v in samples.inputs.items()}))
+        per_sample.append(source.run({k: v[i] for k, v in samples.inputs.items()}))
     return [np.stack([s[j] for s in per_sample]) for j in range(len(per_sample[0]))]
 
 
