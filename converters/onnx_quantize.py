@@ -24,6 +24,7 @@ class OnnxQuantize(Converter):
     methods = ("minmax", "percentile", "entropy")
     int8_io = True
     extra = "onnx"
+    requires = ("onnx", "onnxruntime")  # no torch: ONNX models from TensorFlow take this edge too
     cost = 1.0
     tools = ("onnx", "onnxruntime")
 

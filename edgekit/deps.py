@@ -13,6 +13,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "tflite": ("torch", "litert_torch", "ai_edge_litert"),
     "executorch": ("torch", "executorch"),
     "onnx": ("torch", "onnx", "onnxscript", "onnxruntime"),
+    "tf": ("tensorflow", "tf2onnx"),
 }
 
 # distribution names reported in tool_versions
@@ -25,6 +26,8 @@ DISTRIBUTIONS: dict[str, str] = {
     "onnxscript": "onnxscript",
     "onnxruntime": "onnxruntime",
     "torchao": "torchao",
+    "tensorflow": "tensorflow-cpu",
+    "tf2onnx": "tf2onnx",
 }
 
 

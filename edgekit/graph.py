@@ -62,10 +62,13 @@ class Graph:
         return best
 
     def reachable(self, source_format: str) -> dict[str, set[str]]:
-        """Target format → the precisions reachable from `source_format` (any dependency state)."""
+        """Target format → the precisions reachable from `source_format` (any dependency state).
+
+        The source itself (its own format at fp32) is not a target: nothing would be converted.
+        """
         out: dict[str, set[str]] = {}
         for (node, prec), _ in self._search(node_of(source_format), None, False).items():
-            if node != node_of(source_format):
+            if (node, prec) != (node_of(source_format), "fp32"):
                 out.setdefault(node, set()).add(prec)
         return out
 
@@ -78,6 +81,9 @@ class Graph:
         if precision not in PRECISIONS:
             raise BadInput(f"unknown precision {precision!r}", fix=f"use one of {', '.join(PRECISIONS)}")
         start, goal = node_of(source_format), (target_format, precision)
+        if goal == (start, "fp32"):
+            raise BadInput(f"the source is already {target_format} at fp32: there is nothing to convert",
+                           fix="ask for another target or precision (edgekit graph lists them)")
         found = self._search(start, goal, True).get(goal)
         if found is None:
             anyway = self._search(start, goal, False).get(goal)

@@ -117,12 +117,26 @@ def _flatten(out: Any) -> list:
     return [out]
 
 
-def open_source(location: str, options: SourceOptions = SourceOptions()) -> TorchSource:
-    """Open a PyTorch source model: detect its format, load it safely, settle its signature."""
+def open_source(location: str, options: SourceOptions = SourceOptions()) -> Source:
+    """Open a source model — PyTorch or ONNX — detect its format, load it safely, settle its signature."""
     fmt = detect(location)
-    if FORMATS[fmt].family != "torch":
-        raise BadInput(f"{location} is a {FORMATS[fmt].description}; edgekit converts PyTorch sources here",
-                       fix="give a .pt2, .pt or module:factory")
+    family = FORMATS[fmt].family
+    if fmt == "onnx":
+        from edgekit.onnx_source import open_onnx
+
+        return open_onnx(location, _declared_inputs(options))
+    if family == "tf":
+        from edgekit.tf_source import open_tf
+
+        return open_tf(fmt, location, _declared_inputs(options))
+    if family != "torch":
+        raise BadInput(f"{location} is a {FORMATS[fmt].description}, which edgekit does not convert from",
+                       fix="give a PyTorch (.pt2, .pt, module:factory), TensorFlow/Keras (SavedModel, .keras, .h5) "
+                           "or ONNX (.onnx) model")
+    return _open_torch(fmt, location, options)
+
+
+def _open_torch(fmt: str, location: str, options: SourceOptions) -> TorchSource:
     require("torch", f"reading {location}")
     import torch
 

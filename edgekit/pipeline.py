@@ -105,12 +105,13 @@ class ConvertContext:
     int8_io: bool = False
 
 
-def resolve_targets(names: tuple[str, ...], source_format: str, graph: Graph) -> list:
+def resolve_targets(names: tuple[str, ...], source_format: str, precision: str, graph: Graph) -> list:
+    """The targets asked for; `all` is every target reachable from the source at `precision`."""
     from edgekit.targets import TARGETS, resolve
 
     if any(n.strip().lower() == "all" for n in names):
         reachable = graph.reachable(source_format)
-        return [t for t in TARGETS.values() if t.format in reachable]
+        return [t for t in TARGETS.values() if precision in reachable.get(t.format, ())]
     out = []
     for n in names:
         t = resolve(n)
@@ -130,7 +131,10 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
     thresholds = {**THRESHOLDS.get(req.precision, {}), **req.thresholds}
     source_format = detect(req.source)  # fail fast on a bad path, before loading anything heavy
     graph = Graph()
-    targets = resolve_targets(req.targets, source_format, graph)
+    targets = resolve_targets(req.targets, source_format, req.precision, graph)
+    if not targets:
+        raise BadInput(f"no target is reachable from {source_format} at {req.precision}",
+                       fix="edgekit graph lists the converters and the precisions they produce")
     plans: list[tuple[object, Plan]] = [(t, graph.plan(source_format, t.format, req.precision)) for t in targets]
     calibrated = any(quantizing_step(p) for _, p in plans)
     if calibrated:

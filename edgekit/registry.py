@@ -22,13 +22,16 @@ MANIFEST: dict[str, str] = {
     "torch_to_pte": "edgekit.converters.torch_to_pte:TorchToPte",
     "torch_to_onnx": "edgekit.converters.torch_to_onnx:TorchToOnnx",
     "onnx_quantize": "edgekit.converters.onnx_quantize:OnnxQuantize",
+    "tf_to_tflite": "edgekit.converters.tf_to_tflite:TfToTflite",
+    "tf_to_onnx": "edgekit.converters.tf_to_onnx:TfToOnnx",
 }
 ENTRY_POINT_GROUP = "edgekit.converters"
 
 
 def node_of(fmt: str) -> str:
-    """The graph node of a format: every PyTorch source format is the node 'torch'."""
-    return "torch" if FORMATS[fmt].family == "torch" else fmt
+    """The graph node of a format: PyTorch sources are the node 'torch', TF and Keras ones 'tf'."""
+    family = FORMATS[fmt].family
+    return family if family in ("torch", "tf") else fmt
 
 
 class Converter:
@@ -45,6 +48,7 @@ class Converter:
     target: ClassVar[str]
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
     extra: ClassVar[str]
+    requires: ClassVar[tuple[str, ...] | None] = None  # modules needed; default: all of the extra's
     cost: ClassVar[float] = 1.0
     tools: ClassVar[tuple[str, ...]] = ()  # modules whose versions go in the report
     methods: ClassVar[tuple[str, ...]] = ()  # calibration methods native to the backend (for int8)
@@ -52,7 +56,7 @@ class Converter:
 
     @classmethod
     def missing(cls) -> tuple[str, ...]:
-        return missing_modules(EXTRAS[cls.extra])
+        return missing_modules(cls.requires if cls.requires is not None else EXTRAS[cls.extra])
 
     @classmethod
     def available(cls) -> bool:
@@ -89,7 +93,7 @@ class Converter:
             ) from e
         self._ensure(out)
         return out.evolve(meta={
-            "seconds": round(time.perf_counter() - started, 3),
+            "seconds": round(src.meta.get("seconds", 0) + time.perf_counter() - started, 3),  # whole route
             "tool_versions": {**out.meta.get("tool_versions", {}), **versions(self.tools)},
             "route": [*src.meta.get("route", [src.format]), out.format],
         })
