@@ -39,7 +39,11 @@ class TfSource:
             return self.artifact.path
         path = os.path.join(str(folder), "saved_model")
         if not os.path.isdir(path):
-            self.keras_model.export(path, verbose=False)
+            import tensorflow as tf
+
+            # Keep the signature's fixed shapes (export alone leaves the batch undefined).
+            specs = [tf.TensorSpec(s.shape, s.dtype, name=s.name) for s in self.signature.inputs]
+            self.keras_model.export(path, verbose=False, input_signature=specs if len(specs) == 1 else [specs])
         return path
 
 

@@ -1,6 +1,6 @@
 """Train a Keras sample model: the same small CNN on scikit-learn's real 8×8 handwritten digits, in NHWC.
 
-    python sample_models/train_digits_keras.py      # ~10 s on 2 CPU cores, seeded
+    python sample_models/train_digits_keras.py      # ~15 s on 2 CPU cores (half of it importing TensorFlow), seeded
 
 Writes, beside this script (or into the directory given as the first argument):
     digits_keras.keras        the trained model in the Keras 3 format (input x: 1×8×8×1, output: 1×10 logits)
