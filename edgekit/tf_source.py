@@ -7,6 +7,7 @@ A Keras input whose batch dimension is undefined is converted for a batch of 1.
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
@@ -61,7 +62,9 @@ def _open_keras(location: str, declared) -> TfSource:
     try:
         model = keras.models.load_model(location, compile=False)  # safe_mode: no arbitrary code
     except Exception as e:
-        raise BadInput(f"{location} cannot be loaded as a Keras model: {first_line(e)}",
+        # Keras nests the cause ("Could not locate class 'X'") deep inside a long config dump.
+        cause = re.search(r"(Could not locate (?:class|function) '[^']+')", str(e))
+        raise BadInput(f"{location} cannot be loaded as a Keras model: {cause.group(1) if cause else first_line(e)}",
                        fix="if it uses custom layers, register them (keras.saving.register_keras_serializable) "
                            "and export a SavedModel with model.export(dir), then convert that directory") from None
     specs = []
@@ -138,8 +141,6 @@ def _listed(out) -> list[np.ndarray]:
 
 
 def _natural(key: str):
-    import re
-
     m = re.search(r"(\d+)$", key)
     return (re.sub(r"\d+$", "", key), int(m.group(1)) if m else -1)
 

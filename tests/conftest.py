@@ -49,3 +49,7 @@ def convert_sample(tmp_path_factory, model, calib, eval_data, precision="fp32", 
 def digits_int8_auto(tmp_path_factory):
     """The digits CNN at int8 on every target, each backend trying all its calibration methods."""
     return convert_sample(tmp_path_factory, DIGITS, DIGITS_CALIB, DIGITS_EVAL, "int8", calib_method="auto")
+
+KERAS = SAMPLES / "digits_keras.keras"
+KERAS_CALIB = SAMPLES / "digits_keras_calib.npz"
+KERAS_EVAL = SAMPLES / "digits_keras_eval.npz"

@@ -1,0 +1,141 @@
+"""TensorFlow/Keras and ONNX models as sources, converted along every edge they reach, for real."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from edgekit.errors import BadInput
+from edgekit.graph import Graph
+from edgekit.loading import open_source
+from edgekit.pipeline import ConvertRequest, convert
+from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, KERAS, KERAS_CALIB, KERAS_EVAL, convert_sample, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def by_target(result) -> dict:
+    return {r.target: r for r in result.artifacts}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_keras_digits_to_every_reachable_target(tmp_path_factory, precision):
+    result = convert_sample(tmp_path_factory, KERAS, KERAS_CALIB, KERAS_EVAL, precision)
+    assert result.source.signature.layout == "NHWC"
+    assert result.source.signature.describe() == "x=1,8,8,1 (float32)"
+    targets = by_target(result)
+    assert {"tflite", "onnx"} <= set(targets) and "executorch" not in targets
+    for target, r in targets.items():
+        v = r.verdict
+        assert v.status == "pass", (target, v.reasons)
+        assert r.artifact.meta["route"][0] == "keras"
+        assert v.task_accuracy["reference"] > 0.95
+        assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
+        if precision == "int8":
+            assert v.inspection["int8_weight_share"] >= 0.9 and v.inspection["int8_heavy_op_share"] == 1.0
+        else:
+            assert v.metrics["output_0"]["cosine"] >= 0.9999
+
+
+def test_keras_int8_io_tflite(tmp_path):
+    from edgekit.calibration.sources import CalibrationSpec
+
+    result = convert(ConvertRequest(str(KERAS), ("tflite",), str(tmp_path), precision="int8", eval_data=str(KERAS_EVAL),
+                                    calibration=CalibrationSpec(str(KERAS_CALIB)), int8_io=True))
+    (r,) = result.artifacts
+    assert r.verdict.status == "pass", r.verdict.reasons
+    assert r.verdict.inspection["io_dtypes"] == {"inputs": ["int8"], "outputs": ["int8"]}
+
+
+def test_savedmodel_directory_as_source(tmp_path):
+    import keras
+    import tensorflow as tf
+
+    saved = tmp_path / "digits_savedmodel"
+    keras.models.load_model(KERAS, compile=False).export(
+        str(saved), verbose=False, input_signature=[tf.TensorSpec((1, 8, 8, 1), tf.float32, name="x")])
+    result = convert(ConvertRequest(str(saved), ("tflite",), str(tmp_path / "out"), eval_data=str(KERAS_EVAL)))
+    (r,) = result.artifacts
+    assert result.source.format == "tf-savedmodel"
+    assert r.verdict.status == "pass" and r.verdict.metrics["output_0"]["cosine"] >= 0.9999
+    assert r.verdict.task_accuracy["artifact"] == r.verdict.task_accuracy["reference"]
+
+
+def test_onnx_source_to_int8(converted_digits, tmp_path):
+    from edgekit.calibration.sources import CalibrationSpec
+
+    onnx_path = next(r.artifact.path for r in converted_digits[0].artifacts if r.target == "onnx")
+    src = open_source(onnx_path)
+    assert src.artifact.format == "onnx" and len(src.artifact.files) == 2  # external data travels along
+    assert src.signature.describe() == "x=1,1,8,8 (float32)"
+    result = convert(ConvertRequest(onnx_path, ("all",), str(tmp_path), precision="int8", eval_data=str(DIGITS_EVAL),
+                                    calibration=CalibrationSpec(str(DIGITS_CALIB))))
+    targets = by_target(result)
+    assert "onnx" in targets and "tflite" not in targets
+    for target, r in targets.items():
+        assert r.verdict.status == "pass", (target, r.verdict.reasons)
+        assert r.artifact.meta["route"][:2] == ["onnx", "onnx"]
+        assert abs(r.verdict.task_accuracy["artifact"] - r.verdict.task_accuracy["reference"]) <= 0.01
+
+
+def test_every_target_reachable_from_each_source_format():
+    graph = Graph()
+    assert {"tflite", "onnx"} <= set(graph.reachable("keras"))
+    assert "pte" not in graph.reachable("keras")
+    assert {"tflite", "pte", "onnx"} <= set(graph.reachable("torch-export"))
+    assert "int8" in graph.reachable("onnx")["onnx"]
+
+
+def test_a_keras_custom_layer_that_cannot_be_loaded(tmp_path):
+    import keras
+
+    @keras.saving.register_keras_serializable(package="edgekit_tests")
+    class Doubler(keras.layers.Layer):
+        def call(self, x):
+            return x * 2
+
+    path = tmp_path / "custom.keras"
+    keras.Sequential([keras.Input((4,), name="x"), Doubler(), keras.layers.Dense(2)]).save(path)
+    proc = run_cli("convert", path, "-t", "tflite", "-o", tmp_path / "out")  # a fresh process: Doubler unknown
+    assert proc.returncode == 2, proc.stderr
+    error = [ln for ln in proc.stderr.splitlines() if ln.startswith("edgekit: error:")]
+    assert len(error) == 1 and "cannot be loaded as a Keras model" in error[0] and "Doubler" in error[0]
+    assert "register_keras_serializable" in error[0] and "Traceback" not in proc.stderr
+
+
+def test_an_onnx_file_that_fails_the_checker(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["missing"], ["y"])], "broken",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    path = tmp_path / "broken.onnx"
+    onnx.save(helper.make_model(graph), path)
+    with pytest.raises(BadInput, match=r"broken.onnx fails the ONNX checker: .*missing"):
+        open_source(str(path))
+    proc = run_cli("convert", path, "-t", "onnx", "-p", "int8", "--calib", "random", "-o", tmp_path / "out")
+    assert proc.returncode == 2 and "fails the ONNX checker" in proc.stderr
+
+
+def test_a_directory_that_is_not_a_savedmodel(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a model")
+    proc = run_cli("convert", tmp_path, "-t", "tflite", "-o", tmp_path / "out")
+    assert proc.returncode == 2 and "is a directory but not a TensorFlow SavedModel" in proc.stderr
+
+
+def test_a_tf_model_asked_for_a_torch_only_target(tmp_path):
+    proc = run_cli("convert", KERAS, "-t", "executorch", "-o", tmp_path / "out")
+    assert proc.returncode == 2, proc.stderr
+    assert "no route from keras to pte at fp32" in proc.stderr and "reachable from keras: " in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_json_for_a_keras_source(tmp_path):
+    proc = run_cli("convert", KERAS, "-t", "tflite", "--eval", KERAS_EVAL, "--json", "-o", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["source"]["format"] == "keras" and doc["source"]["signature"]["layout"] == "NHWC"
+    assert doc["artifacts"][0]["tool_versions"]["tensorflow-cpu"]
