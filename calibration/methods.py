@@ -23,6 +23,21 @@ def _targets_where(has) -> list[str]:
     return [t.name for t in TARGETS.values() if t.format in formats]
 
 
+def split_supported(plans, method: str, int8_io: bool) -> tuple[list, list[tuple[str, str]]]:
+    """(the plans whose int8 step has the method and integer I/O asked for, [(target, why not)])."""
+    kept, left_out = [], []
+    for target, plan in plans:
+        step = quantizing_step(plan)
+        conv = step.converter if step is not None else None
+        if conv is not None and method != AUTO and method not in conv.methods:
+            left_out.append((target.name, f"no '{method}' calibration (it has {', '.join(conv.methods)})"))
+        elif conv is not None and int8_io and not conv.int8_io:
+            left_out.append((target.name, "no integer inputs and outputs"))
+        else:
+            kept.append((target, plan))
+    return kept, left_out
+
+
 def check_supported(plans, method: str, int8_io: bool) -> None:
     """Before any work: every int8 route must have the method (or auto) and, if asked, integer I/O."""
     by_target = {}

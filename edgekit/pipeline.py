@@ -19,7 +19,8 @@ import numpy as np
 
 from edgekit.artifact import ModelArtifact
 from edgekit.calibration.data import SampleSet
-from edgekit.calibration.methods import AUTO, HOLDOUT_FRACTION, METHODS, check_supported, quantizing_step
+from edgekit.calibration.methods import (AUTO, HOLDOUT_FRACTION, METHODS, check_supported, quantizing_step,
+                                        split_supported)
 from edgekit.calibration.sources import CalibrationSpec
 from edgekit.errors import BadInput
 from edgekit.graph import Graph, Plan
@@ -64,13 +65,16 @@ class ArtifactResult:
 
     def to_json(self) -> dict:
         a = self.artifact
-        return {
+        out = {
             "target": self.target, "precision": a.precision, "format": a.format, "path": a.path,
             "files": list(a.files), "bytes": a.bytes, "sha256": a.sha256,
             "route": list(a.meta.get("route", [])), "tool_versions": dict(a.meta.get("tool_versions", {})),
             "seconds": a.meta.get("seconds"), "calibration": a.meta.get("calibration"),
             "verification": self.verdict.to_json(),
         }
+        if "mobile_package" in a.meta:  # .ort: does it fit ONNX Runtime's mobile packages (NNAPI/CoreML)
+            out["mobile_package"] = a.meta["mobile_package"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,13 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
         raise BadInput(f"no target is reachable from {source_format} at {req.precision}",
                        fix="edgekit graph lists the converters and the precisions they produce")
     plans: list[tuple[object, Plan]] = [(t, graph.plan(source_format, t.format, req.precision)) for t in targets]
+    warnings: list[str] = []
+    if any(n.strip().lower() == "all" for n in req.targets):
+        # `all` keeps the targets that can do what was asked, and says which it left out.
+        plans, left_out = split_supported(plans, req.calib_method, req.int8_io)
+        warnings += [f"--target all: skipped {name}: {why}" for name, why in left_out]
+        if not plans:
+            raise BadInput("no target can do what was asked: " + "; ".join(f"{n}: {w}" for n, w in left_out))
     calibrated = any(quantizing_step(p) for _, p in plans)
     if calibrated:
         check_supported(plans, req.calib_method, req.int8_io)
@@ -148,7 +159,6 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
     with captured():
         source_model = open_source(req.source, req.source_options)
     source = source_model.artifact
-    warnings: list[str] = []
     calib = held_out = None
     if calibrated:
         calib, calib_warnings = load_calibration(req.calibration, source.signature)
@@ -231,7 +241,7 @@ class _Job:
             ext = by_format(conv.target).extension
             last = i == len(plan.steps) - 1
             path = folder / (f"{self.stem}{suffix}{ext}" if last else f"step{i}-{self.stem}{ext}")
-            detail = f", {method} calibration" if step.precision == "int8" else ""
+            detail = f", {method} calibration" if step is quantizing_step(plan) else ""
             self.say(f"{target.name}: converting {artifact.format} → {conv.target} at {step.precision} ({conv.name}{detail})")
             with captured():
                 artifact = conv()(artifact, path, step.precision, ctx)

@@ -21,7 +21,9 @@ MANIFEST: dict[str, str] = {
     "torch_to_tflite": "edgekit.converters.torch_to_tflite:TorchToTflite",
     "torch_to_pte": "edgekit.converters.torch_to_pte:TorchToPte",
     "torch_to_onnx": "edgekit.converters.torch_to_onnx:TorchToOnnx",
+    "torch_to_ptl": "edgekit.converters.torch_to_ptl:TorchToPtl",
     "onnx_quantize": "edgekit.converters.onnx_quantize:OnnxQuantize",
+    "onnx_to_ort": "edgekit.converters.onnx_to_ort:OnnxToOrt",
     "tf_to_tflite": "edgekit.converters.tf_to_tflite:TfToTflite",
     "tf_to_onnx": "edgekit.converters.tf_to_onnx:TfToOnnx",
 }

@@ -26,8 +26,12 @@ TARGETS: dict[str, Target] = {
                "LiteRT interpreter (ai_edge_litert)"),
         Target("executorch", "pte", ".pte", "edgekit.targets.executorch:PteRunner", "executorch",
                "ExecuTorch runtime (executorch.runtime)", aliases=("pte",)),
+        Target("ptl", "ptl", ".ptl", "edgekit.targets.ptl:PtlRunner", "torch",
+               "PyTorch Mobile lite interpreter", legacy=True),
         Target("onnx", "onnx", ".onnx", "edgekit.targets.onnx:OnnxRunner", "onnx",
                "ONNX Runtime (CPU)"),
+        Target("ort", "ort", ".ort", "edgekit.targets.ort:OrtRunner", "onnx",
+               "ONNX Runtime (CPU), ORT format"),
     )
 }
 

@@ -119,6 +119,10 @@ def inspect_artifact(fmt: str, path: str) -> Inspection:
         from edgekit.targets.onnx_inspect import inspect
     elif fmt == "pte":
         from edgekit.targets.pte_inspect import inspect
+    elif fmt == "ptl":
+        from edgekit.targets.ptl_inspect import inspect
+    elif fmt == "ort":
+        from edgekit.targets.ort_inspect import inspect
     else:
-        raise BadInput(f"cannot inspect format {fmt!r}", fix="use tflite, onnx or pte")
+        raise BadInput(f"cannot inspect format {fmt!r}", fix="use tflite, onnx, pte, ort or ptl")
     return inspect(path)

@@ -19,6 +19,7 @@ class OnnxRunner:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         opts.log_severity_level = 3
+        self.configure(opts)
         self.session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
         self.signature = signature
         inputs = self.session.get_inputs()
@@ -27,6 +28,9 @@ class OnnxRunner:
         self.inputs = [by_name[n] for n in ours] if set(ours) <= set(by_name) else inputs
         # Integer I/O: the parameters are written beside the model by the quantizer.
         self.io = io_params.read(path) or {"inputs": [], "outputs": []}
+
+    def configure(self, opts) -> None:
+        """Adjust the session options before the session is made (subclasses: the .ort runner)."""
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         onnx_feeds = {}

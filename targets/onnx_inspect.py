@@ -31,7 +31,6 @@ QUANT_OPS = DYNAMIC_OPS | {
 
 def inspect(path: str) -> Inspection:
     import onnx
-    from onnx import TensorProto
 
     model = onnx.load(path, load_external_data=False)
     g = model.graph
@@ -57,8 +56,30 @@ def inspect(path: str) -> Inspection:
         if vi.type.tensor_type.elem_type:
             elem[vi.name] = vi.type.tensor_type.elem_type
     elem.update({k: t.data_type for k, t in consts.items()})
-    producer = {o: n for n in g.node for o in n.output}
-    for n in g.node:  # what shape inference cannot type (contrib ops)
+    type_quantize_outputs(g.node, elem)
+    qparams = quantization_params(g.node, consts)
+    weights, tensors = collections.Counter(), []
+    for name, t in consts.items():
+        if name not in qparams:
+            weights[_dtype(t.data_type)] += _nbytes(t)
+            tensors.append({"name": name, "dtype": _dtype(t.data_type), "shape": list(t.dims), "bytes": _nbytes(t)})
+
+    ops, op_counts, rule_notes = op_modes(g.node, consts, elem, qparams)
+    notes += rule_notes
+    io = {"inputs": [_dtype(i.type.tensor_type.elem_type) for i in g.input if i.name not in consts],
+          "outputs": [_dtype(o.type.tensor_type.elem_type) for o in g.output]}
+    return build("onnx", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes)
+
+
+# The rules below work on any ONNX-like graph: `nodes` have op_type, domain, name, input and output
+# (onnx NodeProto, or the nodes of an .ort flatbuffer read by ort_inspect); `elem` maps a tensor
+# name to its TensorProto element type; `consts` holds the names of constant tensors.
+
+def type_quantize_outputs(nodes, elem: dict) -> None:
+    """Type the outputs of (de)quantize ops that shape inference could not (contrib ops)."""
+    from onnx import TensorProto
+
+    for n in nodes:
         if n.op_type == "QuantizeLinear":
             zp = n.input[2] if len(n.input) > 2 and n.input[2] else None
             elem.setdefault(n.output[0], elem.get(zp, TensorProto.UINT8))
@@ -67,23 +88,26 @@ def inspect(path: str) -> Inspection:
         elif n.op_type == "DequantizeLinear":
             elem.setdefault(n.output[0], TensorProto.FLOAT)
 
-    # Quantization parameters: constants read at an input slot named *scale* or *zero_point*.
-    qparams = {x for n in g.node for x, role in zip(n.input, _input_names(n.op_type, n.domain))
-               if x in consts and _is_qparam(role)}
-    weights, tensors = collections.Counter(), []
-    for name, t in consts.items():
-        if name not in qparams:
-            weights[_dtype(t.data_type)] += _nbytes(t)
-            tensors.append({"name": name, "dtype": _dtype(t.data_type), "shape": list(t.dims), "bytes": _nbytes(t)})
+
+def quantization_params(nodes, consts) -> set[str]:
+    """Quantization parameters: constants read at an input slot named *scale* or *zero_point*."""
+    return {x for n in nodes for x, role in zip(n.input, _input_names(n.op_type, n.domain))
+            if x in consts and _is_qparam(role)}
+
+
+def op_modes(nodes, consts, elem: dict, qparams: set[str]) -> tuple[list[OpInfo], collections.Counter, list[str]]:
+    """The kernel mode of every compute op, the count of every op, and notes on what the rules saw."""
+    from onnx import TensorProto
 
     q8 = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT4, TensorProto.UINT4}
     q16 = {TensorProto.INT16, TensorProto.UINT16}
+    producer = {o: n for n in nodes for o in n.output}
     consumers = collections.defaultdict(list)
-    for n in g.node:
+    for n in nodes:
         for x in n.input:
             consumers[x].append(n)
-    ops, op_counts, unrequantized = [], collections.Counter(), False
-    for i, n in enumerate(g.node):
+    ops, op_counts, unrequantized, notes = [], collections.Counter(), False, []
+    for i, n in enumerate(nodes):
         op_counts[n.op_type] += 1
         if n.op_type in DATA_OPS:
             continue
@@ -125,9 +149,7 @@ def inspect(path: str) -> Inspection:
         notes.append("some int8-input ops have no QuantizeLinear on their output: ONNX Runtime may keep them float")
     if any(o.mode == "dynamic" for o in ops):
         notes.append("dynamic quantization: Mul/Add rescaling ops around each integer kernel stay float")
-    io = {"inputs": [_dtype(i.type.tensor_type.elem_type) for i in g.input if i.name not in consts],
-          "outputs": [_dtype(o.type.tensor_type.elem_type) for o in g.output]}
-    return build("onnx", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes)
+    return ops, op_counts, notes
 
 
 def _is_qparam(role: str) -> bool:
@@ -163,15 +185,20 @@ def _dtype(code: int) -> str:
 
 
 def _nbytes(t) -> int:
+    return tensor_bytes(t.data_type, t.dims, t.string_data)
+
+
+def tensor_bytes(code: int, dims, strings=()) -> int:
+    """Bytes of a tensor of TensorProto element type `code` and shape `dims` (from dims × itemsize)."""
     import numpy as np
     from onnx import TensorProto, helper
 
-    n = math.prod(t.dims)
-    if t.data_type in (TensorProto.INT4, TensorProto.UINT4):
+    n = math.prod(dims)
+    if code in (TensorProto.INT4, TensorProto.UINT4):
         return (n + 1) // 2
-    if t.data_type == TensorProto.STRING:
-        return sum(len(s) for s in t.string_data)
+    if code == TensorProto.STRING:
+        return sum(len(s) for s in strings)
     try:
-        return n * np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+        return n * np.dtype(helper.tensor_dtype_to_np_dtype(code)).itemsize
     except Exception:  # noqa: BLE001 - a dtype numpy does not know: count one byte per element
         return n

@@ -33,14 +33,14 @@ MOBILENET_CALIB = SAMPLES / "digits32_calib.npz"
 MOBILENET_EVAL = SAMPLES / "digits32_eval.npz"
 
 
-def convert_sample(tmp_path_factory, model, calib, eval_data, precision="fp32", **options):
-    """Convert a bundled sample model to every target at `precision`, verified on its eval split."""
+def convert_sample(tmp_path_factory, model, calib, eval_data, precision="fp32", targets=("all",), **options):
+    """Convert a bundled sample model to `targets` at `precision`, verified on its eval split."""
     from edgekit.calibration.sources import CalibrationSpec
     from edgekit.pipeline import ConvertRequest, convert
 
     out = tmp_path_factory.mktemp(f"{model.stem}-{precision}")
     calibration = CalibrationSpec(str(calib)) if precision == "int8" else None
-    request = ConvertRequest(str(model), ("all",), str(out), precision=precision, eval_data=str(eval_data),
+    request = ConvertRequest(str(model), tuple(targets), str(out), precision=precision, eval_data=str(eval_data),
                              calibration=calibration, **options)
     return convert(request)
 

@@ -49,7 +49,7 @@ def test_json_contract_on_stdout_and_nothing_else(tmp_path):
     doc = json.loads(proc.stdout)  # the whole of stdout is one JSON document
     assert doc["schema"] == "edgekit.convert/1"
     assert doc["source"]["format"] == "torch-export" and len(doc["source"]["sha256"]) == 64
-    assert [a["target"] for a in doc["artifacts"]] == ["tflite", "executorch", "onnx"]
+    assert [a["target"] for a in doc["artifacts"]] == ["tflite", "executorch", "ptl", "onnx", "ort"]
     for a in doc["artifacts"]:
         assert set(a) >= {"target", "precision", "format", "path", "bytes", "sha256", "route", "tool_versions",
                           "seconds", "verification"}
@@ -96,7 +96,7 @@ def test_bad_inputs_get_one_clear_line_and_exit_2(tmp_path):
         ((empty,), "is empty (0 bytes)"),
         ((truncated,), "damaged or truncated zip archive"),
         ((text,), "is not a PyTorch model: its content is text"),
-        ((DIGITS, "--target", "coreml"), "unknown target 'coreml' — fix: use one of: tflite, executorch (alias pte), onnx, or all"),
+        ((DIGITS, "--target", "coreml"), "unknown target 'coreml' — fix: use one of: tflite, executorch (alias pte), ptl, onnx, ort, or all"),
         ((DIGITS, "--target", "tflite", "--input-shape", "x=1,3,32,32"), "does not fit the model: it takes x=1,1,8,8"),
     ]
     for args, message in cases:

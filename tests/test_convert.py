@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 def test_every_target_passes_with_the_source_models_accuracy(converted_digits):
     result, out = converted_digits
-    assert [r.target for r in result.artifacts] == ["tflite", "executorch", "onnx"]
+    assert [r.target for r in result.artifacts] == ["tflite", "executorch", "ptl", "onnx", "ort"]
     with np.load(DIGITS_EVAL) as data:
         n_eval = len(data["labels"])
     for r in result.artifacts:
@@ -34,10 +34,12 @@ def test_every_target_passes_with_the_source_models_accuracy(converted_digits):
         assert acc["reference"] > 0.95
         assert abs(acc["artifact"] - acc["reference"]) <= 0.005
         assert r.artifact.bytes > 10_000
-        assert r.artifact.meta["route"] == ["torch-export", r.artifact.format]
+        via_onnx = ["onnx"] if r.target == "ort" else []
+        assert r.artifact.meta["route"] == ["torch-export", *via_onnx, r.artifact.format]
         assert r.artifact.meta["seconds"] > 0
-    assert {p.name for p in out.iterdir()} == {"digits_cnn.tflite", "digits_cnn.pte", "digits_cnn.onnx",
-                                               "digits_cnn.onnx.data"}
+    assert {p.name for p in out.iterdir()} == {"digits_cnn.tflite", "digits_cnn.pte", "digits_cnn.ptl",
+                                               "digits_cnn.onnx", "digits_cnn.onnx.data", "digits_cnn.ort",
+                                               "digits_cnn.required_operators.config"}
 
 
 def test_tool_versions_are_recorded(converted_digits):

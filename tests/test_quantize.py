@@ -17,8 +17,10 @@ from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, MOBILENET, MOBILE
 
 pytestmark = pytest.mark.slow
 
-BACKEND_METHODS = {"tflite": ["minmax", "mse"], "executorch": ["minmax", "mse"],
-                   "onnx": ["minmax", "percentile", "entropy"]}
+BACKEND_METHODS = {"tflite": ["minmax", "mse"], "executorch": ["minmax", "mse"], "ptl": ["minmax", "mse"],
+                   "onnx": ["minmax", "percentile", "entropy"], "ort": ["minmax", "percentile", "entropy"]}
+# The targets issue #3's size bar applies to; .ptl and .ort carry more per-tensor structure.
+COMPACT = ("tflite", "executorch", "onnx")
 
 
 def by_target(result) -> dict:
@@ -36,7 +38,7 @@ def test_int8_on_every_target_is_really_int8_and_keeps_accuracy(digits_int8_auto
         assert insp["int8_weight_share"] >= 0.9, (target, insp["weight_bytes_by_dtype"])
         assert insp["int8_heavy_op_share"] == 1.0, (target, insp["float_ops"])
         assert insp["io_dtypes"] == {"inputs": ["float32"], "outputs": ["float32"]}  # float I/O by default
-        assert r.artifact.bytes <= 0.4 * fp32[target].artifact.bytes
+        assert r.artifact.bytes <= (0.4 if target in COMPACT else 0.45) * fp32[target].artifact.bytes
 
 
 def test_auto_lists_every_candidate_and_keeps_the_least_drift(digits_int8_auto):
@@ -54,7 +56,7 @@ def test_auto_lists_every_candidate_and_keeps_the_least_drift(digits_int8_auto):
 def test_dynamic_and_fp16_on_every_target(tmp_path_factory, converted_digits, precision):
     fp32 = by_target(converted_digits[0])
     result = convert_sample(tmp_path_factory, DIGITS, DIGITS_CALIB, DIGITS_EVAL, precision)
-    assert set(by_target(result)) == {"tflite", "executorch", "onnx"}
+    assert set(by_target(result)) == {"tflite", "executorch", "onnx", "ort"}  # ptl has no fp16 or dynamic int8
     for target, r in by_target(result).items():
         v = r.verdict
         assert v.status == "pass", (target, v.reasons)
@@ -72,6 +74,8 @@ def test_dynamic_and_fp16_on_every_target(tmp_path_factory, converted_digits, pr
 
 def test_int8_io_on_every_target(tmp_path_factory):
     result = convert_sample(tmp_path_factory, DIGITS, DIGITS_CALIB, DIGITS_EVAL, "int8", int8_io=True)
+    assert set(by_target(result)) == {"tflite", "executorch", "onnx", "ort"}
+    assert "--target all: skipped ptl: no integer inputs and outputs" in result.warnings
     for target, r in by_target(result).items():
         v = r.verdict
         assert v.status == "pass", (target, v.reasons)
@@ -87,9 +91,9 @@ def test_int8_io_on_every_target(tmp_path_factory):
 
 
 def test_mobilenet_int8_is_small_really_int8_and_accurate(tmp_path_factory):
-    fp32 = by_target(convert_sample(tmp_path_factory, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL))
-    int8 = by_target(convert_sample(tmp_path_factory, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL, "int8"))
-    assert set(int8) == {"tflite", "executorch", "onnx"}
+    fp32 = by_target(convert_sample(tmp_path_factory, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL, targets=COMPACT))
+    int8 = by_target(convert_sample(tmp_path_factory, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL, "int8", COMPACT))
+    assert set(int8) == set(COMPACT)
     for target, r in int8.items():
         v = r.verdict
         assert fp32[target].verdict.status == "pass"

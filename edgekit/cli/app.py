@@ -75,7 +75,7 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks o
 @handled
 def convert(
     model: Annotated[str, typer.Argument(help="A .pt2/.pt file or a module:factory import spec.")],
-    target: Annotated[list[str], typer.Option("--target", "-t", help="tflite, executorch (pte) or onnx; repeat, or 'all'.")] = ["all"],
+    target: Annotated[list[str], typer.Option("--target", "-t", help="tflite, executorch (pte), onnx or ptl (legacy); repeat, or 'all' (legacy targets only when named).")] = ["all"],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("edgekit-out"),
     precision: Annotated[str, typer.Option("--precision", "-p", help="fp32, fp16, int8 (static, calibrated) or int8-dynamic.")] = "fp32",
     int8: Annotated[bool, typer.Option("--int8", help="Shortcut for --precision int8.")] = False,

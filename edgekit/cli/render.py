@@ -43,6 +43,14 @@ def _fmt(v, digits: int = 6) -> str:
     return f"{v:.{digits}g}"
 
 
+def _target_label(name: str) -> str:
+    """The target's name, marked "(legacy)" for a legacy format such as ptl."""
+    from edgekit.targets import TARGETS
+
+    t = TARGETS.get(name)
+    return f"{name} (legacy)" if t is not None and t.legacy else name
+
+
 def render_result(result, console: Console | None) -> None:
     console = console or _console()
     src = result.source
@@ -56,14 +64,15 @@ def render_result(result, console: Console | None) -> None:
         acc_text = f"{acc['reference'] * 100:.2f}% → {acc['artifact'] * 100:.2f}%" if acc else "—"
         top1 = m.get("top1_agreement")
         table.add_row(
-            r.target, r.artifact.precision, _size(r.artifact.bytes),
+            _target_label(r.target), r.artifact.precision, _size(r.artifact.bytes),
             f"[{STATUS_STYLE[r.verdict.status]}]{r.verdict.status}[/]",
             f"{m['cosine']:.6f}" if m else "—", _fmt(m.get("max_abs"), 3) if m else "—",
             _fmt(m.get("sqnr_db"), 4) if m else "—", f"{top1 * 100:.1f}%" if top1 is not None else "—", acc_text,
         )
     console.print(table)
     for r in result.artifacts:
-        extra = f" (+{len(r.artifact.files) - 1} data file)" if len(r.artifact.files) > 1 else ""
+        others = len(r.artifact.files) - 1
+        extra = f" (+{others} file{'s' if others > 1 else ''} beside it)" if others else ""
         console.print(f"  {r.target}: {r.artifact.path}{extra}  [dim]route {' → '.join(r.artifact.meta.get('route', []))},"
                       f" {r.artifact.meta.get('seconds', 0):.1f} s[/dim]")
         for reason in r.verdict.reasons:
@@ -85,6 +94,6 @@ def render_graph(edges, targets) -> None:
     for col in ("target", "format", "verified with"):
         rt.add_column(col)
     for t in targets:
-        name = t.name + (f" ({', '.join(t.aliases)})" if t.aliases else "") + (" [legacy]" if t.legacy else "")
+        name = t.name + (f" ({', '.join(t.aliases)})" if t.aliases else "") + (" \\[legacy]" if t.legacy else "")  # escaped: not a rich style tag
         rt.add_row(name, t.extension, t.runtime)
     console.print(rt)

@@ -1,0 +1,112 @@
+"""onnx → ort: ONNX Runtime's mobile format, proven in ONNX Runtime against the torch model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgekit import io_params
+from edgekit.calibration.sources import CalibrationSpec
+from edgekit.formats import detect
+from edgekit.graph import Graph
+from edgekit.pipeline import ConvertRequest, convert
+from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, run_cli
+
+pytestmark = pytest.mark.slow
+
+EP_KEYS = {"suitability", "partitions", "supported_nodes", "nodes", "unsupported_ops"}
+
+
+def _convert(tmp_path_factory, precision: str):
+    out = tmp_path_factory.mktemp(f"ort-{precision}")
+    calibration = CalibrationSpec(str(DIGITS_CALIB)) if precision == "int8" else None
+    (r,) = convert(ConvertRequest(str(DIGITS), ("ort",), str(out), precision=precision, eval_data=str(DIGITS_EVAL),
+                                  calibration=calibration)).artifacts
+    return r
+
+
+@pytest.fixture(scope="module")
+def fp32(tmp_path_factory):
+    return _convert(tmp_path_factory, "fp32")
+
+
+@pytest.fixture(scope="module")
+def int8(tmp_path_factory):
+    return _convert(tmp_path_factory, "int8")
+
+
+def _config_ops(r) -> set[str]:
+    """The op names listed in the required-operators config beside the .ort."""
+    ort_path = Path(r.artifact.path)
+    config = ort_path.with_name(ort_path.name.removesuffix(".ort") + ".required_operators.config")
+    assert config.is_file() and str(config) in r.artifact.files
+    lines = [ln for ln in config.read_text().splitlines() if ln and not ln.startswith("#")]
+    assert f"# - {ort_path.name}" in config.read_text()  # names the .ort beside it, not a temporary path
+    return {op for ln in lines for op in ln.split(";")[2].split(",")}
+
+
+def _check_mobile_package(mobile: dict) -> None:
+    assert mobile["fits"] is True and mobile["unsupported_ops"] == []
+    assert mobile["package"].startswith("onnxruntime-android") and mobile["ops"] > 0
+    for ep in ("nnapi", "coreml_mlprogram", "coreml_neuralnetwork"):
+        assert EP_KEYS <= set(mobile[ep]), (ep, mobile[ep])
+        assert mobile[ep]["suitability"] in ("YES", "MAYBE", "NO")
+    assert isinstance(mobile["try_nnapi_or_coreml"], bool)
+
+
+def test_planned_through_onnx_keeping_the_precision():
+    graph = Graph()
+    assert graph.plan("torch-export", "ort").route == ["torch-export", "onnx", "ort"]
+    plan = graph.plan("torch-export", "ort", "int8")
+    assert [(s.converter.name, s.precision) for s in plan.steps] == [
+        ("torch_to_onnx", "fp32"), ("onnx_quantize", "int8"), ("onnx_to_ort", "int8")]
+
+
+def test_fp32_ort_matches_torch(fp32):
+    r, v = fp32, fp32.verdict
+    assert v.status == "pass", v.reasons
+    assert v.metrics["output_0"]["cosine"] >= 0.9999
+    assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.001
+    assert r.artifact.meta["route"] == ["torch-export", "onnx", "ort"]  # the fp32 .onnx had external data
+    assert r.artifact.files[0] == r.artifact.path and detect(r.artifact.path) == "ort"
+    assert r.artifact.meta["ort_format"]["optimization_style"] == "Fixed"
+    assert {"Conv", "FusedConv"} & _config_ops(r)  # Fixed style: Conv+Relu already fused
+    _check_mobile_package(r.artifact.meta["mobile_package"])
+    assert r.artifact.meta["mobile_package"]["nnapi"]["suitability"] == "YES"  # plain float CNN
+    insp = v.inspection
+    assert insp["format"] == "ort" and insp["int8_weight_share"] == 0.0 and insp["compute_ops"] > 0
+
+
+def test_int8_ort_is_int8_and_keeps_accuracy(int8, fp32):
+    r, v = int8, int8.verdict
+    assert v.status == "pass", v.reasons
+    assert r.artifact.precision == "int8"
+    assert r.artifact.meta["route"] == ["torch-export", "onnx", "onnx", "ort"]
+    assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
+    assert v.metrics["output_0"]["cosine"] >= 0.99
+    insp = v.inspection
+    assert insp["int8_weight_share"] >= 0.9, insp["weight_bytes_by_dtype"]
+    assert insp["int8_heavy_op_share"] == 1.0, insp["float_ops"]
+    assert insp["io_dtypes"] == {"inputs": ["float32"], "outputs": ["float32"]}
+    assert "QLinearConv" in _config_ops(r)  # QDQ groups fused ahead of time
+    assert r.artifact.bytes <= 0.4 * fp32.artifact.bytes
+    _check_mobile_package(r.artifact.meta["mobile_package"])
+
+
+def test_int8_io_ort_from_the_cli_json(tmp_path):
+    proc = run_cli("convert", DIGITS, "-t", "ort", "--int8", "--int8-io", "--calib", DIGITS_CALIB,
+                   "--eval", DIGITS_EVAL, "--json", "-o", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (a,) = json.loads(proc.stdout)["artifacts"]
+    assert a["target"] == "ort" and a["format"] == "ort" and a["files"][0].endswith(".int8.ort")
+    v = a["verification"]
+    assert v["status"] == "pass", v
+    assert v["inspection"]["io_dtypes"] == {"inputs": ["int8"], "outputs": ["int8"]}
+    assert abs(v["task_accuracy"]["artifact"] - v["task_accuracy"]["reference"]) <= 0.01
+    _check_mobile_package(a["mobile_package"])
+    assert str(io_params.sidecar(a["path"])) in a["files"]
+    (x,) = io_params.read(a["path"])["inputs"]
+    assert x["name"] == "x" and x["dtype"] == "int8" and 0 < x["scale"] < 0.01
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(f).name for f in a["files"])
