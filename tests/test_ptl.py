@@ -73,9 +73,11 @@ def test_the_runner_keeps_the_deprecation_warning_quiet(digits_ptl):
     assert not [w for w in seen if issubclass(w.category, DeprecationWarning)]
 
 
-def test_ptl_is_legacy_and_left_out_of_all():
+def test_ptl_is_legacy_reachable_from_torch_only():
     graph = Graph()
-    assert "ptl" not in [t.name for t in resolve_targets(("all",), "torch-export", "fp32", graph)]
+    assert "ptl" in [t.name for t in resolve_targets(("all",), "torch-export", "int8", graph)]
+    assert "ptl" not in [t.name for t in resolve_targets(("all",), "torch-export", "fp16", graph)]
+    assert "ptl" not in [t.name for t in resolve_targets(("all",), "keras", "fp32", graph)]
     assert [t.name for t in resolve_targets(("ptl",), "torch-export", "fp32", graph)] == ["ptl"]
     proc = run_cli("graph")
     assert proc.returncode == 0, proc.stderr

@@ -16,7 +16,8 @@ from edgekit.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EdgekitError
 
 app = typer.Typer(
     name="edgekit",
-    help="Convert PyTorch models to edge formats (tflite, executorch, onnx) and prove each one in its own runtime.",
+    help="Convert PyTorch, TensorFlow/Keras and ONNX models to edge formats (tflite, executorch, onnx, ort, "
+         "ptl) and prove each one in its own runtime.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -74,8 +75,8 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks o
 @app.command()
 @handled
 def convert(
-    model: Annotated[str, typer.Argument(help="A .pt2/.pt file or a module:factory import spec.")],
-    target: Annotated[list[str], typer.Option("--target", "-t", help="tflite, executorch (pte), onnx or ptl (legacy); repeat, or 'all' (legacy targets only when named).")] = ["all"],
+    model: Annotated[str, typer.Argument(help="A .pt2/.pt file, module:factory, SavedModel folder, .keras/.h5 or .onnx.")],
+    target: Annotated[list[str], typer.Option("--target", "-t", help="tflite, executorch (pte), onnx, ort or ptl (legacy); repeat, or 'all'.")] = ["all"],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("edgekit-out"),
     precision: Annotated[str, typer.Option("--precision", "-p", help="fp32, fp16, int8 (static, calibrated) or int8-dynamic.")] = "fp32",
     int8: Annotated[bool, typer.Option("--int8", help="Shortcut for --precision int8.")] = False,
@@ -153,7 +154,7 @@ def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the a
     model, eval_data = samples / "digits_cnn.pt2", samples / "digits_eval.npz"
     if not model.is_file():
         raise BadInput(f"the bundled sample model is not here ({model})", fix="run edgekit demo from a checkout of edgekit")
-    print(f"edgekit demo: {model.relative_to(REPO)} → tflite, executorch, onnx; verified on {eval_data.name}",
+    print(f"edgekit demo: {model.relative_to(REPO)} → every target; verified on {eval_data.name}",
           file=sys.stderr)
     convert(str(model), ["all"], out, eval_data=eval_data)
 
