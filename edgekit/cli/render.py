@@ -83,7 +83,8 @@ def render_result(result, console: Console | None) -> None:
 
 def render_graph(edges, targets) -> None:
     console = _console()
-    table = Table(title="converter edges", header_style="bold")
+    table = Table(title="converter edges", header_style="bold",
+                  caption="torch: .pt2, .pt, module:factory · tf: SavedModel folders, .keras, .h5")
     for col in ("edge", "from", "to", "precisions", "extra", "available here"):
         table.add_column(col)
     for c in edges:
