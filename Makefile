@@ -29,6 +29,7 @@ bench: setup
 samples: setup
 	$(BIN)/python sample_models/train_digits_cnn.py
 	$(BIN)/python sample_models/train_digits_mobilenet.py
+	$(BIN)/python sample_models/train_digits_keras.py
 
 clean:
 	rm -rf $(VENV) demo-out edgekit-out .pytest_cache
