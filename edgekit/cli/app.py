@@ -146,6 +146,40 @@ def graph(as_json: Annotated[bool, typer.Option("--json", help="Print the graph 
 
 @app.command()
 @handled
+def report(
+    paths: Annotated[list[Path], typer.Argument(help="Artifacts (.tflite, .pte, .ptl, .onnx, .ort) or folders holding them.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Write one JSON document (edgekit.report/1) to stdout.")] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Write a Markdown table (for a PR comment) to stdout.")] = False,
+    html_out: Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML page here.")] = None,
+):
+    """How big every artifact is, and why: side files, precision, ratios, dtypes, ops, largest tensors."""
+    from edgekit import report as sizes
+    from edgekit.cli.render import _console
+    from edgekit.errors import BadInput
+
+    if as_json and markdown:
+        raise BadInput("--json and --markdown both write to stdout", fix="choose one")
+    result = sizes.build_report(paths)
+    if html_out is not None:
+        html_out.write_text(sizes.to_html(result), encoding="utf-8")
+        print(f"edgekit: wrote {html_out}", file=sys.stderr)
+    if as_json:
+        sys.stdout.write(json.dumps(_finite(sizes.to_json(result)), indent=2, allow_nan=False) + "\n")
+    elif markdown:
+        sys.stdout.write(sizes.to_markdown(result))
+    else:
+        console = _console()
+        for renderable in sizes.to_rich(result):
+            console.print(renderable)
+    err = sys.stderr
+    for s in result.skipped:
+        print(f"edgekit: skipped {s['path']}: {s['reason']}", file=err)
+    for note in result.notes:
+        print(f"edgekit: warning: {note}", file=err)
+
+
+@app.command()
+@handled
 def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("demo-out")):
     """Convert the bundled digits CNN to every target and verify each on the digits eval split."""
     from edgekit.errors import BadInput

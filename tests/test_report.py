@@ -1,0 +1,165 @@
+"""`edgekit report`: sizes of real artifacts, their side files, ratios, breakdowns, and every output format."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DIGITS, DIGITS_CALIB, run_cli
+
+pytestmark = pytest.mark.slow
+
+EXTENSIONS = {".tflite", ".pte", ".ptl", ".onnx", ".ort"}
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Path:
+    """The digits CNN at fp32 on every target, int8 for tflite and onnx, fp16 for onnx — one folder."""
+    from edgekit.calibration.sources import CalibrationSpec
+    from edgekit.pipeline import ConvertRequest, convert
+
+    out = tmp_path_factory.mktemp("report")
+    convert(ConvertRequest(str(DIGITS), ("all",), str(out)))
+    convert(ConvertRequest(str(DIGITS), ("tflite", "onnx"), str(out), precision="int8",
+                           calibration=CalibrationSpec(str(DIGITS_CALIB))))
+    convert(ConvertRequest(str(DIGITS), ("onnx",), str(out), precision="fp16"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def report(artifacts):
+    from edgekit.report import build_report
+
+    return build_report([artifacts])
+
+
+def _by_name(report):
+    return {Path(a.path).name: a for a in report.artifacts}
+
+
+def test_every_artifact_listed_with_the_bytes_of_all_its_files(artifacts, report):
+    on_disk = {p.name for p in artifacts.iterdir() if p.suffix in EXTENSIONS}
+    assert set(_by_name(report)) == on_disk
+    assert len(on_disk) == 8  # 5 fp32 + 2 int8 + 1 fp16
+    for a in report.artifacts:
+        assert a.bytes == sum(Path(f).stat().st_size for f, _ in a.files)
+        assert a.files[0][0] == a.path
+    arts = _by_name(report)
+    assert [Path(f).name for f, _ in arts["digits_cnn.onnx"].files] == ["digits_cnn.onnx", "digits_cnn.onnx.data"]
+    assert [Path(f).name for f, _ in arts["digits_cnn.ort"].files] == ["digits_cnn.ort",
+                                                                       "digits_cnn.required_operators.config"]
+    # every file in the folder belongs to exactly one artifact: nothing missed, nothing counted twice
+    counted = [Path(f).name for a in report.artifacts for f, _ in a.files]
+    assert sorted(counted) == sorted(p.name for p in artifacts.iterdir())
+    assert report.total_bytes == sum(p.stat().st_size for p in artifacts.iterdir())
+
+
+def test_formats_precisions_and_ratios(report):
+    arts = _by_name(report)
+    assert {n: (a.format, a.precision) for n, a in arts.items()} == {
+        "digits_cnn.tflite": ("tflite", "fp32"), "digits_cnn.pte": ("pte", "fp32"),
+        "digits_cnn.ptl": ("ptl", "fp32"), "digits_cnn.onnx": ("onnx", "fp32"), "digits_cnn.ort": ("ort", "fp32"),
+        "digits_cnn.int8.tflite": ("tflite", "int8"), "digits_cnn.int8.onnx": ("onnx", "int8"),
+        "digits_cnn.fp16.onnx": ("onnx", "fp16"),
+    }
+    assert all(a.inspected_precision == a.precision for a in arts.values())  # the name and the weights agree
+    for name, fp32 in (("digits_cnn.int8.tflite", "digits_cnn.tflite"), ("digits_cnn.int8.onnx", "digits_cnn.onnx")):
+        a = arts[name]
+        assert Path(a.fp32_path).name == fp32 and a.fp32_bytes == arts[fp32].bytes
+        assert a.ratio_to_fp32 < 0.45
+    assert 0.45 < arts["digits_cnn.fp16.onnx"].ratio_to_fp32 < 0.7
+    assert arts["digits_cnn.tflite"].ratio_to_fp32 is None  # no ratio of an fp32 artifact to itself
+    for a in report.artifacts:
+        assert a.ratio_to_lower_bound >= 1, a.path
+        assert a.lower_bound_bytes == a.parameters * {"fp32": 4, "fp16": 2, "int8": 1}[a.precision]
+        assert 38_000 < a.parameters < 39_000  # the digits CNN has 38,282 weights and biases
+
+
+def test_breakdowns_by_dtype_op_and_tensor(report):
+    for a in report.artifacts:
+        assert sum(a.weight_bytes_by_dtype.values()) == a.weight_bytes > 0
+        assert a.weight_bytes <= a.bytes
+        assert a.op_counts and all(n > 0 for n in a.op_counts.values())
+        assert a.largest_tensors[0]["bytes"] == max(t["bytes"] for t in a.largest_tensors)
+        assert tuple(a.largest_tensors[0]["shape"]) == (64, 512)  # the first Linear layer
+    arts = _by_name(report)
+    assert max(arts["digits_cnn.int8.tflite"].weight_bytes_by_dtype, key=arts["digits_cnn.int8.tflite"].weight_bytes_by_dtype.get) == "int8"
+    assert "float16" in arts["digits_cnn.fp16.onnx"].weight_bytes_by_dtype
+    assert any("CONV" in op for op in arts["digits_cnn.tflite"].op_counts)
+
+
+def test_precision_inferred_from_the_weights_when_the_name_has_none(artifacts, tmp_path):
+    from edgekit.report import build_report
+
+    renamed = tmp_path / "mystery.tflite"
+    shutil.copy(artifacts / "digits_cnn.int8.tflite", renamed)
+    (a,) = build_report([renamed]).artifacts
+    assert (a.precision, a.precision_source, a.fp32_path) == ("int8", "inspection", None)
+    assert a.bytes == renamed.stat().st_size
+
+
+def test_fp32_partner_found_beside_a_single_artifact(artifacts):
+    from edgekit.report import build_report
+
+    (a,) = build_report([artifacts / "digits_cnn.int8.onnx"]).artifacts
+    assert Path(a.fp32_path).name == "digits_cnn.onnx"
+    assert a.fp32_bytes == (artifacts / "digits_cnn.onnx").stat().st_size + (artifacts / "digits_cnn.onnx.data").stat().st_size
+
+
+def test_cli_json_and_html(artifacts, tmp_path, report):
+    page = tmp_path / "sizes.html"
+    proc = run_cli("report", artifacts, "--json", "--html", page)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # stdout is one JSON document
+    assert doc["schema"] == "edgekit.report/1"
+    listed = {Path(a["path"]).name: a for a in doc["artifacts"]}
+    assert set(listed) == set(_by_name(report))
+    for a in doc["artifacts"]:
+        assert a["bytes"] == sum(f["bytes"] for f in a["files"]) == sum(Path(f["path"]).stat().st_size for f in a["files"])
+        assert sum(a["weight_bytes_by_dtype"].values()) == a["weight_bytes"]
+        assert a["ratio_to_lower_bound"] >= 1
+    assert listed["digits_cnn.int8.tflite"]["ratio_to_fp32"] < 0.45
+    assert doc["total_bytes"] == sum(a["bytes"] for a in doc["artifacts"])
+
+    text = page.read_text(encoding="utf-8")
+    assert text.lstrip().startswith("<!DOCTYPE html>")
+    svg = re.search(r"<svg\b.*?</svg>", text, re.S)
+    assert svg is not None
+    assert len(re.findall(r"<rect\b", svg.group(0))) == len(doc["artifacts"])
+    assert not re.search(r"https?://", text)
+    assert "<script" not in text.lower() and "<link" not in text.lower()
+    for name in listed:
+        assert name in text
+
+
+def test_cli_markdown_and_table(artifacts, report):
+    proc = run_cli("report", artifacts, "--markdown")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| artifact"))
+    assert set(lines[header + 1]) <= set("|-: ")
+    rows = []
+    for line in lines[header + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    assert len(rows) == len(report.artifacts)
+    assert sorted(re.search(r"`([^`]+)`", r).group(1) for r in rows) == sorted(a.path for a in report.artifacts)
+
+    table = run_cli("report", artifacts / "digits_cnn.int8.tflite", artifacts / "digits_cnn.tflite")
+    assert table.returncode == 0, table.stderr
+    assert "digits_cnn.int8.tflite" in table.stdout and "edgekit size report" in table.stdout
+    assert re.search(r"\b0\.[0-4]\d×", table.stdout)  # the int8 file's ratio to its fp32 twin
+
+
+def test_cli_refuses_a_source_model_and_a_missing_path(tmp_path):
+    proc = run_cli("report", DIGITS)
+    assert proc.returncode == 2 and "not an edge artifact" in proc.stderr and "Traceback" not in proc.stderr
+    missing = run_cli("report", tmp_path / "nope")
+    assert missing.returncode == 2 and "not found" in missing.stderr
+    both = run_cli("report", tmp_path, "--json", "--markdown")
+    assert both.returncode == 2
