@@ -180,6 +180,37 @@ def report(
 
 @app.command()
 @handled
+def check(
+    config: Annotated[Path, typer.Argument(help="The check config (TOML).")] = Path("edgekit.toml"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("edgekit-check"),
+    junit: Annotated[Optional[Path], typer.Option("--junit", help="Write JUnit XML here (one case per model × target × precision).")] = None,
+    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Write a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Write the JSON result to stdout.")] = False,
+):
+    """The CI gate: convert and verify what the config lists; exit 1 when a budget is broken."""
+    from edgekit import check as gate
+    from edgekit.cli.render import Reporter
+
+    models = gate.load_config(config)
+    reporter = Reporter(_stderr())
+    cases = gate.run_checks(models, str(out), progress=reporter.step)
+    if junit is not None:
+        junit.write_text(gate.to_junit(cases), encoding="utf-8")
+    summary = markdown or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None)
+    if summary is not None:
+        with open(summary, "a", encoding="utf-8") as f:
+            f.write(gate.to_markdown(cases))
+    if as_json:
+        sys.stdout.write(json.dumps(_finite(gate.to_json(cases)), indent=2, allow_nan=False) + "\n")
+    for c in cases:
+        line = f"{'PASS' if c.status == 'pass' else 'FAIL'} {c.name}"
+        print(line + (": " + "; ".join(c.reasons) if c.reasons else ""), file=sys.stderr if as_json else sys.stdout)
+    if any(c.status == "fail" for c in cases):
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+@app.command()
+@handled
 def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("demo-out")):
     """Convert the bundled digits CNN to every target and verify each on the digits eval split."""
     from edgekit.errors import BadInput

@@ -1,0 +1,230 @@
+"""`edgekit check`: the CI gate. Convert and verify what a config lists; judge it against budgets.
+
+The config (TOML) lists models, each with its targets, precisions, data and budgets:
+
+    [[models]]
+    name = "digits_cnn"
+    path = "sample_models/digits_cnn.pt2"
+    calibration = "sample_models/digits_calib.npz"   # needed for int8
+    eval = "sample_models/digits_eval.npz"
+    targets = ["tflite", "executorch", "onnx"]
+    precisions = ["fp32", "int8"]
+
+    [models.budgets]                 # for every precision ...
+    max_accuracy_drop = 0.01         # task accuracy, source minus artifact (needs labels)
+    [models.budgets.int8]            # ... and per precision, which wins
+    cosine = 0.995                   # any verification metric: a minimum or a maximum as edgekit defines
+    max_bytes = 60000
+
+Each model × target × precision is one case; a case fails when its verification fails or a budget
+is broken. Every problem in the config is a BadInput naming the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgekit.errors import BadInput
+from edgekit.registry import PRECISIONS
+from edgekit.verify import HIGHER_IS_BETTER
+
+SCHEMA = "edgekit.check/1"
+BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *HIGHER_IS_BETTER}
+MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
+              "budgets"}
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    name: str
+    path: str
+    targets: tuple[str, ...]
+    precisions: tuple[str, ...]
+    calibration: str | None = None
+    eval: str | None = None
+    input_shape: tuple[str, ...] = ()
+    calib_method: str = "minmax"
+    budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
+
+    def budget(self, precision: str) -> dict:
+        return {**self.budgets.get("*", {}), **self.budgets.get(precision, {})}
+
+
+def load_config(path: str | Path) -> tuple[ModelCheck, ...]:
+    """Read and validate a check config; paths inside it are relative to the config's folder."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"check config not found: {path}", fix="write an edgekit.toml (see README, CI gate)")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"{path} is not valid TOML: {e}") from None
+    unknown = set(raw) - {"models"}
+    if unknown:
+        raise BadInput(f"{path}: unknown top-level key(s) {sorted(unknown)}", fix="the config holds [[models]] tables")
+    models = raw.get("models")
+    if not isinstance(models, list) or not models:
+        raise BadInput(f"{path}: no [[models]] listed", fix="add at least one [[models]] table")
+    base = path.parent
+    return tuple(_model(m, i, base, path) for i, m in enumerate(models))
+
+
+def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
+    where = f"{config}: models[{i}]"
+    unknown = set(m) - MODEL_KEYS
+    if unknown:
+        raise BadInput(f"{where}: unknown key(s) {sorted(unknown)}", fix=f"known keys: {', '.join(sorted(MODEL_KEYS))}")
+    for key in ("path", "targets"):
+        if key not in m:
+            raise BadInput(f"{where}: missing '{key}'")
+    where = f"{config}: models[{i}] ({m.get('name', m['path'])})"
+
+    def rel(key):
+        value = m.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise BadInput(f"{where}.{key} must be a string")
+        p = base / value
+        return str(p) if p.exists() or ":" not in value else value  # module:factory specs stay as given
+
+    def strings(key, default):
+        value = m.get(key, default)
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise BadInput(f"{where}.{key} must be a list of strings")
+        return tuple(value)
+
+    precisions = strings("precisions", ["fp32"])
+    bad = [p for p in precisions if p not in PRECISIONS]
+    if bad:
+        raise BadInput(f"{where}.precisions: unknown {bad}", fix=f"use {', '.join(PRECISIONS)}")
+    if "int8" in precisions and not m.get("calibration"):
+        raise BadInput(f"{where}: int8 needs 'calibration'", fix="point calibration at an .npz of real inputs")
+    return ModelCheck(
+        name=str(m.get("name") or Path(m["path"]).stem), path=rel("path"), targets=strings("targets", []),
+        precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
+        input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
+        budgets=_budgets(m.get("budgets", {}), where),
+    )
+
+
+def _budgets(raw, where: str) -> dict:
+    if not isinstance(raw, dict):
+        raise BadInput(f"{where}.budgets must be a table")
+    out: dict = {"*": {}}
+    for key, value in raw.items():
+        if key in PRECISIONS:
+            if not isinstance(value, dict):
+                raise BadInput(f"{where}.budgets.{key} must be a table")
+            out[key] = {k: _limit(k, v, f"{where}.budgets.{key}") for k, v in value.items()}
+        else:
+            out["*"][key] = _limit(key, value, f"{where}.budgets")
+    return out
+
+
+def _limit(key: str, value, where: str) -> float:
+    if key not in BUDGET_KEYS:
+        raise BadInput(f"{where}: unknown budget '{key}'", fix=f"budgets: {', '.join(sorted(BUDGET_KEYS))}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadInput(f"{where}.{key} must be a number, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    target: str
+    precision: str
+    status: str  # pass | fail
+    reasons: tuple[str, ...]
+    bytes: int
+    metrics: dict
+    task_accuracy: dict | None
+    path: str
+    seconds: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} {self.target} {self.precision}"
+
+
+def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None) -> list[Case]:
+    """Convert and verify every model × precision; judge each artifact against its budgets."""
+    from edgekit.calibration.sources import CalibrationSpec
+    from edgekit.loading import SourceOptions
+    from edgekit.pipeline import ConvertRequest, convert
+
+    cases = []
+    for m in models:
+        for precision in m.precisions:
+            budget = m.budget(precision)
+            request = ConvertRequest(
+                m.path, m.targets, str(Path(out_dir) / m.name / precision), precision=precision, eval_data=m.eval,
+                thresholds={k: v for k, v in budget.items() if k in HIGHER_IS_BETTER},
+                source_options=SourceOptions(input_shapes=m.input_shape),
+                calibration=CalibrationSpec(m.calibration) if m.calibration and precision == "int8" else None,
+                calib_method=m.calib_method,
+            )
+            result = convert(request, progress)
+            for r in result.artifacts:
+                reasons = list(r.verdict.reasons)
+                acc = r.verdict.task_accuracy
+                if "max_accuracy_drop" in budget or "min_accuracy" in budget:
+                    if acc is None:
+                        reasons.append("an accuracy budget needs eval data with labels")
+                    else:
+                        drop = acc["reference"] - acc["artifact"]
+                        if drop > budget.get("max_accuracy_drop", float("inf")):
+                            reasons.append(f"accuracy drop {drop * 100:.2f} points > budget "
+                                           f"{budget['max_accuracy_drop'] * 100:.2f} ({acc['reference']:.4f} → {acc['artifact']:.4f})")
+                        if acc["artifact"] < budget.get("min_accuracy", -1):
+                            reasons.append(f"accuracy {acc['artifact']:.4f} < budget {budget['min_accuracy']:.4f}")
+                if r.artifact.bytes > budget.get("max_bytes", float("inf")):
+                    reasons.append(f"size {r.artifact.bytes} bytes > budget {int(budget['max_bytes'])}")
+                cases.append(Case(m.name, r.target, precision, "fail" if reasons else "pass", tuple(reasons),
+                                  r.artifact.bytes, r.verdict.metrics, acc, r.artifact.path,
+                                  r.artifact.meta.get("seconds") or 0.0))
+    return cases
+
+
+def to_json(cases: list[Case]) -> dict:
+    return {"schema": SCHEMA, "passed": sum(c.status == "pass" for c in cases),
+            "failed": sum(c.status == "fail" for c in cases),
+            "cases": [{"model": c.model, "target": c.target, "precision": c.precision, "status": c.status,
+                       "reasons": list(c.reasons), "bytes": c.bytes, "path": c.path, "metrics": c.metrics,
+                       "task_accuracy": c.task_accuracy} for c in cases]}
+
+
+def to_junit(cases: list[Case]) -> str:
+    """JUnit XML: one test case per model × target × precision."""
+    import xml.etree.ElementTree as ET
+
+    suite = ET.Element("testsuite", name="edgekit check", tests=str(len(cases)),
+                       failures=str(sum(c.status == "fail" for c in cases)))
+    for c in cases:
+        case = ET.SubElement(suite, "testcase", classname=f"edgekit.{c.model}", name=f"{c.target} {c.precision}",
+                             time=f"{c.seconds:.3f}")
+        if c.status == "fail":
+            failure = ET.SubElement(case, "failure", message="; ".join(c.reasons))
+            failure.text = "\n".join(c.reasons)
+    return ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode", xml_declaration=True)
+
+
+def to_markdown(cases: list[Case]) -> str:
+    failed = [c for c in cases if c.status == "fail"]
+    head = (f"### edgekit check: {'❌ ' + str(len(failed)) + ' failed' if failed else '✅ all passed'} "
+            f"({len(cases)} cases)\n\n")
+    rows = ["| model | target | precision | status | size | cosine | accuracy src → artifact |",
+            "|---|---|---|---|---:|---:|---|"]
+    for c in cases:
+        m = c.metrics.get("output_0", {})
+        acc = c.task_accuracy
+        acc_text = f"{acc['reference'] * 100:.2f}% → {acc['artifact'] * 100:.2f}%" if acc else "—"
+        rows.append(f"| {c.model} | {c.target} | {c.precision} | {'✅ pass' if c.status == 'pass' else '❌ fail'} | "
+                    f"{c.bytes:,} B | {m.get('cosine', float('nan')):.6f} | {acc_text} |")
+    details = "".join(f"\n- **{c.name}**: " + "; ".join(c.reasons) for c in failed)
+    return head + "\n".join(rows) + "\n" + (f"\n#### Broken budgets{details}\n" if failed else "")
