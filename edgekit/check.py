@@ -146,10 +146,17 @@ class Case:
     task_accuracy: dict | None
     path: str
     seconds: float
+    hashes: dict = field(default_factory=dict)  # artifact, model and calibration data sha256
+    tool_versions: dict = field(default_factory=dict)
+    changes: tuple[str, ...] = ()  # against the baseline, when there is one
 
     @property
     def name(self) -> str:
         return f"{self.model} {self.target} {self.precision}"
+
+    def baseline_entry(self) -> dict:
+        return {"bytes": self.bytes, "metrics": self.metrics.get("output_0", {}),
+                "task_accuracy": self.task_accuracy, "sha256": self.hashes, "tool_versions": self.tool_versions}
 
 
 def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None) -> list[Case]:
@@ -185,10 +192,66 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None) -> l
                             reasons.append(f"accuracy {acc['artifact']:.4f} < budget {budget['min_accuracy']:.4f}")
                 if r.artifact.bytes > budget.get("max_bytes", float("inf")):
                     reasons.append(f"size {r.artifact.bytes} bytes > budget {int(budget['max_bytes'])}")
+                hashes = {"artifact": r.artifact.sha256, "model": result.source_sha256,
+                          "calibration": _file_sha256(m.calibration) if request.calibration else None}
                 cases.append(Case(m.name, r.target, precision, "fail" if reasons else "pass", tuple(reasons),
                                   r.artifact.bytes, r.verdict.metrics, acc, r.artifact.path,
-                                  r.artifact.meta.get("seconds") or 0.0))
+                                  r.artifact.meta.get("seconds") or 0.0, hashes,
+                                  dict(r.artifact.meta.get("tool_versions", {}))))
     return cases
+
+
+def _file_sha256(path: str) -> str | None:
+    import hashlib
+
+    p = Path(path)
+    return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+
+
+BASELINE_SCHEMA = "edgekit.baseline/1"
+COMPARED = ("cosine", "sqnr_db", "max_abs", "top1_agreement")
+
+
+def write_baseline(cases: list[Case], path: str | Path) -> None:
+    """Record what every case measured, for later runs to report change against."""
+    import json
+
+    doc = {"schema": BASELINE_SCHEMA, "cases": {c.name: c.baseline_entry() for c in cases}}
+    Path(path).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def compare_baseline(cases: list[Case], path: str | Path, budgets: dict[str, dict]) -> list[Case]:
+    """Each case with the changes since the baseline ("tflite int8 cosine 0.995 → 0.981, budget 0.99")."""
+    import json
+    from dataclasses import replace
+
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise BadInput(f"cannot read baseline {path}: {e}", fix="write one with --update-baseline") from None
+    if doc.get("schema") != BASELINE_SCHEMA:
+        raise BadInput(f"{path} is not an edgekit baseline ({BASELINE_SCHEMA})")
+    out = []
+    for c in cases:
+        old = doc["cases"].get(c.name)
+        if old is None:
+            out.append(replace(c, changes=("new: not in the baseline",)))
+            continue
+        changes, budget = [], budgets.get(c.name, {})
+        now = c.baseline_entry()
+        for key in COMPARED:
+            a, b = old["metrics"].get(key), now["metrics"].get(key)
+            if a is not None and b is not None and abs(a - b) > 1e-6 * max(1.0, abs(a)):
+                limit = f", budget {budget[key]:g}" if key in budget else ""
+                changes.append(f"{c.target} {c.precision} {key} {a:.6g} → {b:.6g}{limit}")
+        if old["bytes"] != now["bytes"]:
+            limit = f", budget {int(budget['max_bytes'])}" if "max_bytes" in budget else ""
+            changes.append(f"{c.target} {c.precision} bytes {old['bytes']} → {now['bytes']}{limit}")
+        for what in ("model", "calibration"):
+            if old["sha256"].get(what) != now["sha256"].get(what):
+                changes.append(f"the {what} changed since the baseline")
+        out.append(replace(c, changes=tuple(changes)))
+    return out
 
 
 def to_json(cases: list[Case]) -> dict:
@@ -196,7 +259,8 @@ def to_json(cases: list[Case]) -> dict:
             "failed": sum(c.status == "fail" for c in cases),
             "cases": [{"model": c.model, "target": c.target, "precision": c.precision, "status": c.status,
                        "reasons": list(c.reasons), "bytes": c.bytes, "path": c.path, "metrics": c.metrics,
-                       "task_accuracy": c.task_accuracy} for c in cases]}
+                       "task_accuracy": c.task_accuracy, "sha256": c.hashes, "tool_versions": c.tool_versions,
+                       "changes": list(c.changes)} for c in cases]}
 
 
 def to_junit(cases: list[Case]) -> str:
@@ -227,4 +291,6 @@ def to_markdown(cases: list[Case]) -> str:
         rows.append(f"| {c.model} | {c.target} | {c.precision} | {'✅ pass' if c.status == 'pass' else '❌ fail'} | "
                     f"{c.bytes:,} B | {m.get('cosine', float('nan')):.6f} | {acc_text} |")
     details = "".join(f"\n- **{c.name}**: " + "; ".join(c.reasons) for c in failed)
-    return head + "\n".join(rows) + "\n" + (f"\n#### Broken budgets{details}\n" if failed else "")
+    changed = "".join(f"\n- {change}" for c in cases for change in c.changes)
+    return (head + "\n".join(rows) + "\n" + (f"\n#### Broken budgets{details}\n" if failed else "")
+            + (f"\n#### Changes since the baseline{changed}\n" if changed else ""))

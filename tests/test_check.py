@@ -70,3 +70,30 @@ def test_a_config_error_exits_2(tmp_path):
     config.write_text('[[models]]\npath = "m.pt2"\ntargets = ["onnx"]\ncolour = "red"\n')
     proc = run_cli("check", config)
     assert proc.returncode == 2 and "unknown key(s) ['colour']" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_baseline_records_the_run_and_later_runs_report_change(tmp_path):
+    config = tmp_path / "edgekit.toml"
+    config.write_text(f"""
+[[models]]
+name = "digits"
+path = "{REPO / 'sample_models/digits_cnn.pt2'}"
+eval = "{REPO / 'sample_models/digits_eval.npz'}"
+targets = ["onnx"]
+[models.budgets]
+cosine = 0.9999
+""")
+    first = run_cli("check", config, "--update-baseline", "-o", tmp_path / "out")
+    assert first.returncode == 0, first.stderr
+    baseline_path = tmp_path / "edgekit.baseline.json"
+    baseline = json.loads(baseline_path.read_text())
+    entry = baseline["cases"]["digits onnx fp32"]
+    assert entry["bytes"] > 100_000 and len(entry["sha256"]["model"]) == 64 and entry["tool_versions"]["onnx"]
+    # Pretend the baseline was better, as after a regression.
+    entry["metrics"]["cosine"], entry["bytes"] = 1.5, 1000
+    baseline_path.write_text(json.dumps(baseline))
+    second = run_cli("check", config, "--json", "-o", tmp_path / "out")
+    assert second.returncode == 0, second.stderr
+    (case,) = json.loads(second.stdout)["cases"]
+    assert any(c.startswith("onnx fp32 cosine 1.5 → ") and c.endswith(", budget 0.9999") for c in case["changes"])
+    assert any(c.startswith("onnx fp32 bytes 1000 → ") for c in case["changes"])

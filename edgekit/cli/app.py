@@ -186,6 +186,8 @@ def check(
     junit: Annotated[Optional[Path], typer.Option("--junit", help="Write JUnit XML here (one case per model × target × precision).")] = None,
     markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Write a Markdown summary here (default: $GITHUB_STEP_SUMMARY when set).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Write the JSON result to stdout.")] = False,
+    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Baseline JSON (default: edgekit.baseline.json beside the config).")] = None,
+    update_baseline: Annotated[bool, typer.Option("--update-baseline", help="Write this run's results as the baseline.")] = False,
 ):
     """The CI gate: convert and verify what the config lists; exit 1 when a budget is broken."""
     from edgekit import check as gate
@@ -194,6 +196,13 @@ def check(
     models = gate.load_config(config)
     reporter = Reporter(_stderr())
     cases = gate.run_checks(models, str(out), progress=reporter.step)
+    baseline = baseline or config.with_name("edgekit.baseline.json")
+    if update_baseline:
+        gate.write_baseline(cases, baseline)
+        print(f"edgekit: wrote the baseline {baseline}", file=sys.stderr)
+    elif baseline.is_file():
+        budgets = {f"{m.name} {t} {p}": m.budget(p) for m in models for t in m.targets for p in m.precisions}
+        cases = gate.compare_baseline(cases, baseline, budgets)
     if junit is not None:
         junit.write_text(gate.to_junit(cases), encoding="utf-8")
     summary = markdown or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None)
@@ -204,7 +213,8 @@ def check(
         sys.stdout.write(json.dumps(_finite(gate.to_json(cases)), indent=2, allow_nan=False) + "\n")
     for c in cases:
         line = f"{'PASS' if c.status == 'pass' else 'FAIL'} {c.name}"
-        print(line + (": " + "; ".join(c.reasons) if c.reasons else ""), file=sys.stderr if as_json else sys.stdout)
+        print(line + (": " + "; ".join(c.reasons) if c.reasons else "")
+              + ("".join(f"\n  changed: {x}" for x in c.changes)), file=sys.stderr if as_json else sys.stdout)
     if any(c.status == "fail" for c in cases):
         raise typer.Exit(EXIT_CHECK_FAILED)
 
