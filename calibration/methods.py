@@ -23,15 +23,24 @@ def _targets_where(has) -> list[str]:
     return [t.name for t in TARGETS.values() if t.format in formats]
 
 
+def _lacks(conv, method: str, int8_io: bool) -> str | None:
+    """What the int8 converter `conv` lacks of what was asked ("method" or "int8_io"), else None."""
+    if method != AUTO and method not in conv.methods:
+        return "method"
+    if int8_io and not conv.int8_io:
+        return "int8_io"
+    return None
+
+
 def split_supported(plans, method: str, int8_io: bool) -> tuple[list, list[tuple[str, str]]]:
     """(the plans whose int8 step has the method and integer I/O asked for, [(target, why not)])."""
     kept, left_out = [], []
     for target, plan in plans:
         step = quantizing_step(plan)
-        conv = step.converter if step is not None else None
-        if conv is not None and method != AUTO and method not in conv.methods:
-            left_out.append((target.name, f"no '{method}' calibration (it has {', '.join(conv.methods)})"))
-        elif conv is not None and int8_io and not conv.int8_io:
+        lack = _lacks(step.converter, method, int8_io) if step is not None else None
+        if lack == "method":
+            left_out.append((target.name, f"no '{method}' calibration (it has {', '.join(step.converter.methods)})"))
+        elif lack == "int8_io":
             left_out.append((target.name, "no integer inputs and outputs"))
         else:
             kept.append((target, plan))
@@ -40,22 +49,19 @@ def split_supported(plans, method: str, int8_io: bool) -> tuple[list, list[tuple
 
 def check_supported(plans, method: str, int8_io: bool) -> None:
     """Before any work: every int8 route must have the method (or auto) and, if asked, integer I/O."""
-    by_target = {}
     for target, plan in plans:
         step = quantizing_step(plan)
-        if step is not None:
-            by_target[target.name] = step.converter
-    for name, conv in by_target.items():
-        if method != AUTO and method not in conv.methods:
+        lack = _lacks(step.converter, method, int8_io) if step is not None else None
+        if lack == "method":
             having = _targets_where(lambda c: method in c.methods)
             raise BadInput(
-                f"the {name} backend has no '{method}' calibration (it has {', '.join(conv.methods)})",
-                fix=f"use --calib-method {' or '.join(conv.methods)} or auto"
+                f"the {target.name} backend has no '{method}' calibration (it has {', '.join(step.converter.methods)})",
+                fix=f"use --calib-method {' or '.join(step.converter.methods)} or auto"
                     + (f"; '{method}' is available for: {', '.join(having)}" if having else ""),
             )
-        if int8_io and not conv.int8_io:
+        if lack == "int8_io":
             having = _targets_where(lambda c: c.int8_io)
             raise BadInput(
-                f"the {name} backend cannot give a model integer inputs and outputs",
+                f"the {target.name} backend cannot give a model integer inputs and outputs",
                 fix="drop --int8-io for this target" + (f"; targets that can: {', '.join(having)}" if having else ""),
             )

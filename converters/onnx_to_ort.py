@@ -88,7 +88,7 @@ def _tool_input(src: ModelArtifact, folder: Path) -> Path:
     The tool ignores files named *.optimized.onnx (its own by-products); such a model is linked into
     a private folder as model.onnx, its external-data files at the same relative places.
     """
-    from edgekit.converters.torch_to_onnx import onnx_files
+    from edgekit.formats import onnx_files
 
     model = Path(src.path)
     if not model.name.lower().endswith(".optimized.onnx"):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from edgekit.artifact import ModelArtifact
 from edgekit.errors import ConversionFailed
+from edgekit.formats import onnx_files
 from edgekit.registry import Converter
 
 OPSET = 17
@@ -34,6 +35,4 @@ class TfToOnnx(Converter):
         if proc.returncode != 0:
             lines = [ln for ln in proc.stderr.splitlines() if "Error" in ln or "error" in ln] or proc.stderr.splitlines()
             raise ConversionFailed(lines[-1].strip() if lines else "tf2onnx failed", converter=self.name)
-        from edgekit.converters.torch_to_onnx import onnx_files
-
         return ModelArtifact("onnx", str(out_path), src.signature, precision, files=onnx_files(out_path))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.artifact import ModelArtifact
+from edgekit.formats import onnx_files
 from edgekit.registry import Converter
 
 
@@ -32,18 +33,3 @@ class TorchToOnnx(Converter):
             verbose=False,
         )
         return ModelArtifact("onnx", str(out_path), src.signature, precision, files=onnx_files(out_path))
-
-
-def onnx_files(path: Path) -> tuple[str, ...]:
-    """The model file and every external-data file it references."""
-    import onnx
-    from onnx.external_data_helper import uses_external_data
-
-    model = onnx.load(str(path), load_external_data=False)
-    sidecars = set()
-    for tensor in model.graph.initializer:
-        if uses_external_data(tensor):
-            for entry in tensor.external_data:
-                if entry.key == "location":
-                    sidecars.add(str(path.parent / entry.value))
-    return (str(path), *sorted(sidecars))

@@ -45,9 +45,14 @@ class ModelArtifact:
     @property
     def sha256(self) -> str:
         """Hash over every file of the artifact, in order."""
-        h = hashlib.sha256()
-        for f in self.files:
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(chunk)
-        return h.hexdigest()
+        return sha256_files(self.files)
+
+
+def sha256_files(paths) -> str:
+    """One SHA-256 over the bytes of `paths`, in order."""
+    h = hashlib.sha256()
+    for f in paths:
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()

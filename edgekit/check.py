@@ -202,10 +202,9 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None) -> l
 
 
 def _file_sha256(path: str) -> str | None:
-    import hashlib
+    from edgekit.artifact import sha256_files
 
-    p = Path(path)
-    return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+    return sha256_files([path]) if Path(path).is_file() else None
 
 
 BASELINE_SCHEMA = "edgekit.baseline/1"

@@ -158,3 +158,18 @@ def _onnx_if_parsable(path: Path) -> str | None:
             raise BadInput(f"{path} is named .onnx but is not a readable ONNX model", fix="re-export it") from None
         return None
     return "onnx" if model.graph.node or model.graph.input else None
+
+
+def onnx_files(path: Path) -> tuple[str, ...]:
+    """The model file and every external-data file it references."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    model = onnx.load(str(path), load_external_data=False)
+    sidecars = set()
+    for tensor in model.graph.initializer:
+        if uses_external_data(tensor):
+            for entry in tensor.external_data:
+                if entry.key == "location":
+                    sidecars.add(str(path.parent / entry.value))
+    return (str(path), *sorted(sidecars))

@@ -9,6 +9,7 @@ import numpy as np
 from edgekit.artifact import ModelArtifact
 from edgekit.deps import require
 from edgekit.errors import BadInput, first_line
+from edgekit.formats import onnx_files
 from edgekit.signature import Signature, TensorSpec
 
 _ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 9: "bool"}
@@ -67,8 +68,6 @@ def open_onnx(location: str, declared: tuple[TensorSpec, ...] | None) -> OnnxSou
             shape = tuple(dims)
         specs.append(TensorSpec(value.name, tuple(shape), dtype))
     sig = Signature(tuple(specs))
-    from edgekit.converters.torch_to_onnx import onnx_files
-
     files = onnx_files(Path(location))
     probe = OnnxSource(ModelArtifact("onnx", location, sig, "fp32", files))
     zeros = {s.name: np.zeros(s.shape, s.dtype) for s in specs}

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgekit import io_params
+from edgekit.converters.onnx_to_ort import CONFIG_SUFFIX
 from edgekit.errors import BadInput
 
 SCHEMA = "edgekit.report/1"
@@ -38,8 +40,8 @@ DTYPE_BYTES = {
     "int64": 8, "uint64": 8, "int32": 4, "uint32": 4, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1,
     "bool": 1, "int4": 0.5, "uint4": 0.5, "complex64": 8, "complex128": 16,
 }
-IO_SUFFIX = ".io.json"
-ORT_CONFIG_SUFFIX = ".required_operators.config"
+IO_SUFFIX = io_params.SUFFIX
+ORT_CONFIG_SUFFIX = CONFIG_SUFFIX  # written beside an .ort by the onnx → ort converter
 TOP_OPS = 6  # op types shown in the compact (table, Markdown) views
 
 
@@ -179,17 +181,9 @@ def artifact_files(fmt: str, path: str | Path) -> tuple[str, ...]:
 
 
 def _onnx_external(path: Path) -> list[str]:
-    try:
-        from edgekit.converters.torch_to_onnx import onnx_files
-    except ImportError:
-        onnx_files = None
-    if onnx_files is not None:
-        try:
-            return [f for f in onnx_files(path)[1:] if Path(f).is_file()]
-        except ImportError:
-            pass
-    data = Path(str(path) + ".data")  # without onnx: edgekit's own naming of external data
-    return [str(data)] if data.is_file() else []
+    from edgekit.formats import onnx_files
+
+    return [f for f in onnx_files(path)[1:] if Path(f).is_file()]
 
 
 def split_name(path: Path, fmt: str) -> tuple[str, str | None]:

@@ -15,6 +15,21 @@ pytestmark = pytest.mark.slow
 EXAMPLE = REPO / "edgekit.toml"
 
 
+def digits_onnx_config(tmp_path, budgets: str):
+    """A config checking the digits CNN on onnx at fp32 with the given [models.budgets] lines."""
+    config = tmp_path / "edgekit.toml"
+    config.write_text(f"""
+[[models]]
+name = "digits"
+path = "{REPO / 'sample_models/digits_cnn.pt2'}"
+eval = "{REPO / 'sample_models/digits_eval.npz'}"
+targets = ["onnx"]
+[models.budgets]
+{budgets}
+""")
+    return config
+
+
 def test_the_example_config_passes_with_junit_and_markdown(tmp_path):
     junit, summary = tmp_path / "check.xml", tmp_path / "summary.md"
     proc = run_cli("check", EXAMPLE, "--junit", junit, "--markdown", summary, "--json", "-o", tmp_path / "out")
@@ -29,17 +44,7 @@ def test_the_example_config_passes_with_junit_and_markdown(tmp_path):
 
 
 def test_a_broken_size_budget_exits_1_and_is_named(tmp_path):
-    config = tmp_path / "edgekit.toml"
-    config.write_text(f"""
-[[models]]
-name = "digits"
-path = "{REPO / 'sample_models/digits_cnn.pt2'}"
-eval = "{REPO / 'sample_models/digits_eval.npz'}"
-targets = ["onnx"]
-[models.budgets]
-max_bytes = 100000
-max_accuracy_drop = 0.0
-""")
+    config = digits_onnx_config(tmp_path, "max_bytes = 100000\nmax_accuracy_drop = 0.0")
     junit = tmp_path / "check.xml"
     proc = run_cli("check", config, "--junit", junit, "-o", tmp_path / "out")
     assert proc.returncode == 1, proc.stderr
@@ -73,16 +78,7 @@ def test_a_config_error_exits_2(tmp_path):
 
 
 def test_a_baseline_records_the_run_and_later_runs_report_change(tmp_path):
-    config = tmp_path / "edgekit.toml"
-    config.write_text(f"""
-[[models]]
-name = "digits"
-path = "{REPO / 'sample_models/digits_cnn.pt2'}"
-eval = "{REPO / 'sample_models/digits_eval.npz'}"
-targets = ["onnx"]
-[models.budgets]
-cosine = 0.9999
-""")
+    config = digits_onnx_config(tmp_path, "cosine = 0.9999")
     first = run_cli("check", config, "--update-baseline", "-o", tmp_path / "out")
     assert first.returncode == 0, first.stderr
     baseline_path = tmp_path / "edgekit.baseline.json"
