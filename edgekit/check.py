@@ -33,7 +33,7 @@ from edgekit.verify import HIGHER_IS_BETTER
 SCHEMA = "edgekit.check/1"
 BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *HIGHER_IS_BETTER}
 MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
-              "budgets"}
+              "budgets", "artifacts"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class ModelCheck:
     input_shape: tuple[str, ...] = ()
     calib_method: str = "minmax"
     budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
+    artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
 
     def budget(self, precision: str) -> dict:
         return {**self.budgets.get("*", {}), **self.budgets.get(precision, {})}
@@ -76,7 +77,7 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
     unknown = set(m) - MODEL_KEYS
     if unknown:
         raise BadInput(f"{where}: unknown key(s) {sorted(unknown)}", fix=f"known keys: {', '.join(sorted(MODEL_KEYS))}")
-    for key in ("path", "targets"):
+    for key in ("path", "targets") if "artifacts" not in m else ("path",):
         if key not in m:
             raise BadInput(f"{where}: missing '{key}'")
     where = f"{config}: models[{i}] ({m.get('name', m['path'])})"
@@ -98,17 +99,24 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
             raise BadInput(f"{where}.{key} must be a list of strings")
         return tuple(value)
 
+    artifacts = tuple(str(base / a) for a in strings("artifacts", []))
+    missing = [a for a in artifacts if not Path(a).exists()]
+    if missing:
+        raise BadInput(f"{where}.artifacts: not found: {', '.join(missing)}")
+    if artifacts and ("targets" in m or "precisions" in m):
+        raise BadInput(f"{where}: give either 'artifacts' or 'targets'/'precisions', not both",
+                       fix="given artifacts are verified as they are; their target and precision come from the files")
     precisions = strings("precisions", ["fp32"])
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad:
         raise BadInput(f"{where}.precisions: unknown {bad}", fix=f"use {', '.join(PRECISIONS)}")
-    if "int8" in precisions and not m.get("calibration"):
+    if "int8" in precisions and not m.get("calibration") and not artifacts:
         raise BadInput(f"{where}: int8 needs 'calibration'", fix="point calibration at an .npz of real inputs")
     return ModelCheck(
         name=str(m.get("name") or Path(m["path"]).stem), path=rel("path"), targets=strings("targets", []),
         precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
         input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
-        budgets=_budgets(m.get("budgets", {}), where),
+        budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts,
     )
 
 
@@ -149,6 +157,9 @@ class Case:
     hashes: dict = field(default_factory=dict)  # artifact, model and calibration data sha256
     tool_versions: dict = field(default_factory=dict)
     changes: tuple[str, ...] = ()  # against the baseline, when there is one
+    budget: dict = field(default_factory=dict)
+    layers: tuple = ()  # LayerDrift, the layer losing the most first (int8 only)
+    layers_note: str | None = None  # why there is no attribution, when one was asked for
 
     @property
     def name(self) -> str:
@@ -159,46 +170,88 @@ class Case:
                 "task_accuracy": self.task_accuracy, "sha256": self.hashes, "tool_versions": self.tool_versions}
 
 
-def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None) -> list[Case]:
-    """Convert and verify every model × precision; judge each artifact against its budgets."""
+def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attribution: str = "failing") -> list[Case]:
+    """Convert (or take the given artifacts) and verify every model × precision; judge each against its budgets.
+
+    `attribution`: for which int8 cases to rank the layers by drift — "failing", "all" or "none".
+    """
     from edgekit.calibration.sources import CalibrationSpec
     from edgekit.loading import SourceOptions
-    from edgekit.pipeline import ConvertRequest, convert
+    from edgekit.pipeline import ConvertRequest, convert, verify_artifacts
 
     cases = []
     for m in models:
-        for precision in m.precisions:
-            budget = m.budget(precision)
-            request = ConvertRequest(
-                m.path, m.targets, str(Path(out_dir) / m.name / precision), precision=precision, eval_data=m.eval,
-                thresholds={k: v for k, v in budget.items() if k in HIGHER_IS_BETTER},
+        def request(precision: str) -> ConvertRequest:
+            return ConvertRequest(
+                m.path, m.targets or ("all",), str(Path(out_dir) / m.name / precision), precision=precision,
+                eval_data=m.eval, thresholds=_metric_limits(m.budget(precision)),
                 source_options=SourceOptions(input_shapes=m.input_shape),
                 calibration=CalibrationSpec(m.calibration) if m.calibration and precision == "int8" else None,
                 calib_method=m.calib_method,
             )
-            result = convert(request, progress)
-            for r in result.artifacts:
-                reasons = list(r.verdict.reasons)
-                acc = r.verdict.task_accuracy
-                if "max_accuracy_drop" in budget or "min_accuracy" in budget:
-                    if acc is None:
-                        reasons.append("an accuracy budget needs eval data with labels")
-                    else:
-                        drop = acc["reference"] - acc["artifact"]
-                        if drop > budget.get("max_accuracy_drop", float("inf")):
-                            reasons.append(f"accuracy drop {drop * 100:.2f} points > budget "
-                                           f"{budget['max_accuracy_drop'] * 100:.2f} ({acc['reference']:.4f} → {acc['artifact']:.4f})")
-                        if acc["artifact"] < budget.get("min_accuracy", -1):
-                            reasons.append(f"accuracy {acc['artifact']:.4f} < budget {budget['min_accuracy']:.4f}")
-                if r.artifact.bytes > budget.get("max_bytes", float("inf")):
-                    reasons.append(f"size {r.artifact.bytes} bytes > budget {int(budget['max_bytes'])}")
-                hashes = {"artifact": r.artifact.sha256, "model": result.source_sha256,
-                          "calibration": _file_sha256(m.calibration) if request.calibration else None}
-                cases.append(Case(m.name, r.target, precision, "fail" if reasons else "pass", tuple(reasons),
-                                  r.artifact.bytes, r.verdict.metrics, acc, r.artifact.path,
-                                  r.artifact.meta.get("seconds") or 0.0, hashes,
-                                  dict(r.artifact.meta.get("tool_versions", {}))))
+
+        if m.artifacts:
+            result = verify_artifacts(request("fp32"), list(m.artifacts),
+                                      lambda p: _metric_limits(m.budget(p)), progress)
+            judged = [_judge(m, r, result, r.artifact.precision) for r in result.artifacts]
+        else:
+            judged = []
+            for precision in m.precisions:
+                result = convert(request(precision), progress)
+                judged += [_judge(m, r, result, precision) for r in result.artifacts]
+        cases += [_attribute(m, c, progress) if _wants_layers(c, attribution) else c for c in judged]
     return cases
+
+
+def _metric_limits(budget: dict) -> dict:
+    return {k: v for k, v in budget.items() if k in HIGHER_IS_BETTER}
+
+
+def _judge(m: ModelCheck, r, result, precision: str) -> Case:
+    """One artifact against its budgets: verification reasons, then accuracy and size budgets."""
+    budget = m.budget(precision)
+    reasons = list(r.verdict.reasons)
+    acc = r.verdict.task_accuracy
+    if "max_accuracy_drop" in budget or "min_accuracy" in budget:
+        if acc is None:
+            reasons.append("an accuracy budget needs eval data with labels")
+        else:
+            drop = acc["reference"] - acc["artifact"]
+            if drop > budget.get("max_accuracy_drop", float("inf")):
+                reasons.append(f"accuracy drop {drop * 100:.2f} points > budget "
+                               f"{budget['max_accuracy_drop'] * 100:.2f} ({acc['reference']:.4f} → {acc['artifact']:.4f})")
+            if acc["artifact"] < budget.get("min_accuracy", -1):
+                reasons.append(f"accuracy {acc['artifact']:.4f} < budget {budget['min_accuracy']:.4f}")
+    if r.artifact.bytes > budget.get("max_bytes", float("inf")):
+        reasons.append(f"size {r.artifact.bytes} bytes > budget {int(budget['max_bytes'])}")
+    hashes = {"artifact": r.artifact.sha256, "model": result.source_sha256,
+              "calibration": _file_sha256(m.calibration) if m.calibration and precision == "int8" else None}
+    return Case(m.name, r.target, precision, "fail" if reasons else "pass", tuple(reasons),
+                r.artifact.bytes, r.verdict.metrics, acc, r.artifact.path,
+                r.artifact.meta.get("seconds") or 0.0, hashes, dict(r.artifact.meta.get("tool_versions", {})),
+                budget=budget)
+
+
+def _wants_layers(c: Case, attribution: str) -> bool:
+    return c.precision == "int8" and (attribution == "all" or (attribution == "failing" and c.status == "fail"))
+
+
+def _attribute(m: ModelCheck, c: Case, progress) -> Case:
+    """The case with its layers ranked by the SQNR they lose, or a note saying why there are none."""
+    from dataclasses import replace
+
+    from edgekit.attribution import attribute
+    from edgekit.calibration.sources import CalibrationSpec
+    from edgekit.errors import EdgekitError
+    from edgekit.loading import SourceOptions
+
+    try:
+        layers = attribute(c.path, m.path, source_options=SourceOptions(input_shapes=m.input_shape),
+                           eval_data=m.eval, calibration=CalibrationSpec(m.calibration) if m.calibration else None,
+                           method=m.calib_method, progress=progress)
+    except EdgekitError as e:
+        return replace(c, layers_note=f"no per-layer attribution: {e}")
+    return replace(c, layers=tuple(layers))
 
 
 def _file_sha256(path: str) -> str | None:
@@ -219,7 +272,7 @@ def write_baseline(cases: list[Case], path: str | Path) -> None:
     Path(path).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def compare_baseline(cases: list[Case], path: str | Path, budgets: dict[str, dict]) -> list[Case]:
+def compare_baseline(cases: list[Case], path: str | Path) -> list[Case]:
     """Each case with the changes since the baseline ("tflite int8 cosine 0.995 → 0.981, budget 0.99")."""
     import json
     from dataclasses import replace
@@ -236,7 +289,7 @@ def compare_baseline(cases: list[Case], path: str | Path, budgets: dict[str, dic
         if old is None:
             out.append(replace(c, changes=("new: not in the baseline",)))
             continue
-        changes, budget = [], budgets.get(c.name, {})
+        changes, budget = [], c.budget
         now = c.baseline_entry()
         for key in COMPARED:
             a, b = old["metrics"].get(key), now["metrics"].get(key)
@@ -259,7 +312,8 @@ def to_json(cases: list[Case]) -> dict:
             "cases": [{"model": c.model, "target": c.target, "precision": c.precision, "status": c.status,
                        "reasons": list(c.reasons), "bytes": c.bytes, "path": c.path, "metrics": c.metrics,
                        "task_accuracy": c.task_accuracy, "sha256": c.hashes, "tool_versions": c.tool_versions,
-                       "changes": list(c.changes)} for c in cases]}
+                       "changes": list(c.changes), "layers": [d.to_json() for d in c.layers],
+                       "layers_note": c.layers_note} for c in cases]}
 
 
 def to_junit(cases: list[Case]) -> str:
@@ -292,4 +346,18 @@ def to_markdown(cases: list[Case]) -> str:
     details = "".join(f"\n- **{c.name}**: " + "; ".join(c.reasons) for c in failed)
     changed = "".join(f"\n- {change}" for c in cases for change in c.changes)
     return (head + "\n".join(rows) + "\n" + (f"\n#### Broken budgets{details}\n" if failed else "")
+            + "".join(_layers_markdown(c) for c in cases if c.layers or c.layers_note)
             + (f"\n#### Changes since the baseline{changed}\n" if changed else ""))
+
+
+def _layers_markdown(c: Case) -> str:
+    """The layers of one int8 case that lose the most SQNR, as a table."""
+    from edgekit.attribution import SHOWN
+
+    if not c.layers:
+        return f"\n#### Layers of {c.name}\n{c.layers_note}\n"
+    rows = ["| layer | op | SQNR lost | output SQNR | weight SQNR |", "|---|---|---:|---:|---:|"]
+    for d in c.layers[:SHOWN]:
+        w = f"{d.weight_sqnr_db:.1f} dB" if d.weight_sqnr_db is not None else "—"
+        rows.append(f"| `{d.layer}` | {d.op} | {d.loss_db:.1f} dB | {d.sqnr_db:.1f} dB | {w} |")
+    return f"\n#### Layers of {c.name} losing the most (SQNR vs. float, per layer)\n" + "\n".join(rows) + "\n"

@@ -126,10 +126,7 @@ def resolve_targets(names: tuple[str, ...], source_format: str, precision: str, 
 
 def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertResult:
     """Run the main job: plan every target, convert, verify in each runtime, place the artifacts."""
-    from edgekit.calibration.data import load_samples, random_samples
-    from edgekit.calibration.sources import load_calibration
     from edgekit.formats import detect
-    from edgekit.loading import open_source
 
     say = progress or (lambda _msg: None)
     thresholds = {**THRESHOLDS.get(req.precision, {}), **req.thresholds}
@@ -155,6 +152,28 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
                            fix="pass --calib data.npz (a folder of .npy or images, or module:function); "
                                "--calib random works but is not representative")
 
+    source_model, calib, held_out, samples, reference = _reference(req, calibrated, warnings, say)
+    source = source_model.artifact
+    selection = None
+    if req.calib_method == AUTO and held_out is not None:
+        selection = (held_out, reference if held_out is samples else _run_reference(source_model, held_out))
+
+    out_dir = Path(req.out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"cannot create output folder {out_dir}: {e.strerror}") from None
+    job = _Job(source_model, req, calib, selection, thresholds, out_dir, _stem(req.source), say)
+    results = [job.run(target, plan, samples, reference) for target, plan in plans]
+    return ConvertResult(source, source.sha256 if source.files else None, tuple(results), tuple(warnings))
+
+
+def _reference(req: ConvertRequest, calibrated: bool, warnings: list[str], say: Progress):
+    """Open the source, load the calibration and eval data, and run the source on the eval samples."""
+    from edgekit.calibration.data import load_samples, random_samples
+    from edgekit.calibration.sources import load_calibration
+    from edgekit.loading import open_source
+
     say(f"loading {req.source}")
     with captured():
         source_model = open_source(req.source, req.source_options)
@@ -174,20 +193,46 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
         samples = random_samples(source.signature, RANDOM_SAMPLES)
         warnings.append(f"no --eval data: verified on {RANDOM_SAMPLES} seeded random inputs, "
                         "which says little about accuracy; pass --eval data.npz")
-
     say(f"running the source model on {len(samples)} samples")
-    reference = _run_reference(source_model, samples)
-    selection = None
-    if req.calib_method == AUTO and held_out is not None:
-        selection = (held_out, reference if held_out is samples else _run_reference(source_model, held_out))
+    return source_model, calib, held_out, samples, _run_reference(source_model, samples)
 
-    out_dir = Path(req.out_dir)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BadInput(f"cannot create output folder {out_dir}: {e.strerror}") from None
-    job = _Job(source_model, req, calib, selection, thresholds, out_dir, _stem(req.source), say)
-    results = [job.run(target, plan, samples, reference) for target, plan in plans]
+
+def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Callable[[str], dict] | None = None,
+                     progress: Progress | None = None) -> ConvertResult:
+    """Verify artifacts made elsewhere against the source model, each in its own runtime.
+
+    An artifact's precision comes from its name (model.int8.tflite) or else from its weights; its
+    thresholds are edgekit's for that precision updated with `thresholds_for(precision)`.
+    """
+    from edgekit.formats import detect
+    from edgekit.report import artifact_files, precision_from_inspection, split_name
+    from edgekit.runners import run_isolated
+    from edgekit.targets import TARGETS, by_format
+
+    say = progress or (lambda _msg: None)
+    formats = {}
+    for p in paths:
+        fmt = detect(p)
+        if fmt not in {t.format for t in TARGETS.values()}:
+            raise BadInput(f"{p} is a {fmt} model, not an artifact edgekit can verify",
+                           fix="give .tflite, .pte, .ptl, .onnx or .ort files")
+        formats[p] = fmt
+    warnings: list[str] = []
+    source_model, _, _, samples, reference = _reference(req, False, warnings, say)
+    source = source_model.artifact
+    results = []
+    for p, fmt in formats.items():
+        target = by_format(fmt)
+        artifact = ModelArtifact(fmt, str(p), source.signature, files=artifact_files(fmt, p),
+                                 meta={"route": ["given"], "seconds": 0.0})
+        say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
+        outputs, inspection = run_isolated(artifact, samples.inputs, inspect=True)
+        named = split_name(Path(p), fmt)[1]
+        precision = named or precision_from_inspection(inspection["weight_bytes_by_dtype"],
+                                                       inspection["int8_weight_share"])
+        thresholds = {**THRESHOLDS.get(precision, {}), **(thresholds_for(precision) if thresholds_for else {})}
+        verdict = compare(reference, outputs, thresholds, samples.labels, inspection)
+        results.append(ArtifactResult(target.name, artifact.evolve(precision=precision), verdict))
     return ConvertResult(source, source.sha256 if source.files else None, tuple(results), tuple(warnings))
 
 
@@ -230,22 +275,8 @@ class _Job:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def _route(self, target, plan: Plan, folder: Path, method: str) -> ModelArtifact:
-        from edgekit.targets import by_format
-
-        folder.mkdir(parents=True, exist_ok=True)
         ctx = ConvertContext(self.source, folder, self.calib, method, self.req.int8_io)
-        suffix = "" if plan.precision == "fp32" else f".{plan.precision}"
-        artifact = self.source.artifact.evolve(meta={"route": [self.source.artifact.format]})
-        for i, step in enumerate(plan.steps):
-            conv = step.converter
-            ext = by_format(conv.target).extension
-            last = i == len(plan.steps) - 1
-            path = folder / (f"{self.stem}{suffix}{ext}" if last else f"step{i}-{self.stem}{ext}")
-            detail = f", {method} calibration" if step is quantizing_step(plan) else ""
-            self.say(f"{target.name}: converting {artifact.format} → {conv.target} at {step.precision} ({conv.name}{detail})")
-            with captured():
-                artifact = conv()(artifact, path, step.precision, ctx)
-        return artifact
+        return build(plan, ctx, self.stem, lambda msg: self.say(f"{target.name}: {msg}"))
 
     def _auto(self, target, plan: Plan, step, tmp: Path) -> tuple[ModelArtifact, dict]:
         """Try every method the backend has; keep the one with the least drift on held-out samples."""
@@ -263,6 +294,25 @@ class _Job:
         best_artifact, best = max(tried, key=lambda t: _drift_rank(t[1]))
         return best_artifact, {"method": best["method"], "requested": AUTO, "held_out_samples": len(held_out),
                                "candidates": [c for _, c in tried]}
+
+
+def build(plan: Plan, ctx: ConvertContext, stem: str, say: Progress) -> ModelArtifact:
+    """Run the steps of `plan` on the source in `ctx`, writing into ctx.work_dir."""
+    from edgekit.targets import by_format
+
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    suffix = "" if plan.precision == "fp32" else f".{plan.precision}"
+    artifact = ctx.source.artifact.evolve(meta={"route": [ctx.source.artifact.format]})
+    for i, step in enumerate(plan.steps):
+        conv = step.converter
+        ext = by_format(conv.target).extension
+        last = i == len(plan.steps) - 1
+        path = ctx.work_dir / (f"{stem}{suffix}{ext}" if last else f"step{i}-{stem}{ext}")
+        detail = f", {ctx.method} calibration" if step is quantizing_step(plan) else ""
+        say(f"converting {artifact.format} → {conv.target} at {step.precision} ({conv.name}{detail})")
+        with captured():
+            artifact = conv()(artifact, path, step.precision, ctx)
+    return artifact
 
 
 def _drift_rank(candidate: dict) -> tuple:

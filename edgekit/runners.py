@@ -38,23 +38,12 @@ def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, time
     """
     from edgekit.targets import by_format
 
-    runtime = by_format(artifact.format).runtime
     require(by_format(artifact.format).extra, f"running a .{artifact.format} artifact")
     with tempfile.TemporaryDirectory(prefix="edgekit-run-") as tmp:
         sig_path, in_path, out_path, insp_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz", "insp.json"))
-        with open(sig_path, "w") as f:
-            json.dump(artifact.signature.to_json(), f)
-        np.savez(in_path, **inputs)
-        cmd = [sys.executable, "-m", "edgekit.targets.worker", artifact.format, str(artifact.path),
-               sig_path, in_path, out_path] + ([insp_path] if inspect else [])
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise ConversionFailed(f"{runtime} did not finish {Path(artifact.path).name} within {timeout:.0f} s") from None
-        if proc.returncode != 0:
-            how = f"crashed (signal {-proc.returncode})" if proc.returncode < 0 else "failed"
-            tail = _last_words(proc.stderr)
-            raise ConversionFailed(f"{runtime} {how} running {Path(artifact.path).name}: {tail}")
+        _write_job(artifact.signature, inputs, sig_path, in_path)
+        _child(["edgekit.targets.worker", artifact.format, str(artifact.path), sig_path, in_path, out_path]
+               + ([insp_path] if inspect else []), artifact.format, artifact.path, timeout)
         with np.load(out_path) as data:
             outputs = [data[f"output_{j}"] for j in range(len(data.files))]
         inspection = None
@@ -62,6 +51,42 @@ def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, time
             with open(insp_path) as f:
                 inspection = json.load(f)
         return outputs, inspection
+
+
+def trace_layers_isolated(fmt: str, float_path: str, quant_path: str, signature: Signature,
+                          inputs: dict[str, np.ndarray], *, timeout: float = 900) -> list[dict]:
+    """Per-layer drift of `quant_path` against `float_path` (see edgekit.attribution), in a child process."""
+    from edgekit.targets import by_format
+
+    require(by_format(fmt).extra, f"tracing a .{fmt} artifact")
+    with tempfile.TemporaryDirectory(prefix="edgekit-layers-") as tmp:
+        sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "layers.json"))
+        _write_job(signature, inputs, sig_path, in_path)
+        _child(["edgekit.targets.layers", fmt, float_path, quant_path, sig_path, in_path, out_path],
+               fmt, quant_path, timeout)
+        with open(out_path) as f:
+            return json.load(f)
+
+
+def _write_job(signature: Signature, inputs: dict[str, np.ndarray], sig_path: str, in_path: str) -> None:
+    with open(sig_path, "w") as f:
+        json.dump(signature.to_json(), f)
+    np.savez(in_path, **inputs)
+
+
+def _child(args: list[str], fmt: str, path: str, timeout: float) -> None:
+    """Run `python -m args...`; a crash, error or timeout becomes a ConversionFailed naming the runtime."""
+    from edgekit.targets import by_format
+
+    runtime = by_format(fmt).runtime
+    try:
+        proc = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ConversionFailed(f"{runtime} did not finish {Path(path).name} within {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        how = f"crashed (signal {-proc.returncode})" if proc.returncode < 0 else "failed"
+        raise ConversionFailed(f"{runtime} {how} running {Path(path).name}: {_last_words(proc.stderr)}")
 
 
 def _last_words(stderr: str) -> str:

@@ -52,6 +52,13 @@ class Signature:
             "layout": self.layout,
         }
 
+    @classmethod
+    def from_json(cls, raw: dict) -> "Signature":
+        def specs(key):
+            return tuple(TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in raw.get(key, ()))
+
+        return cls(specs("inputs"), specs("outputs"), layout=raw.get("layout", "NCHW"))
+
 
 _SHAPE_RE = re.compile(r"^(?:(?P<name>[A-Za-z_][\w.]*)=)?(?P<dims>\d+(?:,\d+)*)(?::(?P<dtype>\w+))?$")
 

@@ -33,6 +33,14 @@ class OnnxRunner:
         """Adjust the session options before the session is made (subclasses: the .ort runner)."""
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        outputs = []
+        for j, y in enumerate(self.session.run(None, self.feeds(feeds))):
+            p = self.io["outputs"][j] if j < len(self.io["outputs"]) else None
+            outputs.append(io_params.dequantize(y, p["scale"], p["zero_point"]) if p is not None else y)
+        return outputs
+
+    def feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The session's feeds for one sample given by input name (integer inputs quantized)."""
         onnx_feeds = {}
         for i, (spec, meta) in enumerate(zip(self.signature.inputs, self.inputs)):
             x = np.array(feeds[spec.name], copy=True)
@@ -40,8 +48,4 @@ class OnnxRunner:
             if p is not None:
                 x = io_params.quantize(x, p["scale"], p["zero_point"], np.dtype(p["dtype"]))
             onnx_feeds[meta.name] = x.astype(_ORT_TYPES.get(meta.type, np.float32), copy=False)
-        outputs = []
-        for j, y in enumerate(self.session.run(None, onnx_feeds)):
-            p = self.io["outputs"][j] if j < len(self.io["outputs"]) else None
-            outputs.append(io_params.dequantize(y, p["scale"], p["zero_point"]) if p is not None else y)
-        return outputs
+        return onnx_feeds

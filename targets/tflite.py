@@ -16,10 +16,14 @@ def _order(name: str) -> tuple[int, str]:
 
 
 class TfliteRunner:
-    def __init__(self, path: str, signature: Signature):
-        from ai_edge_litert.interpreter import Interpreter
+    def __init__(self, path: str, signature: Signature, *, keep_intermediates: bool = False):
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-        self.interp = Interpreter(model_path=path, num_threads=1)
+        # Keeping every intermediate tensor needs the built-in kernels: a delegate (XNNPACK by
+        # default) runs its part of the graph as one op and keeps nothing in between.
+        extra = {"experimental_preserve_all_tensors": True,
+                 "experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES} if keep_intermediates else {}
+        self.interp = Interpreter(model_path=path, num_threads=1, **extra)
         sigs = self.interp.get_signature_list()
         self.runner = self.interp.get_signature_runner(next(iter(sigs))) if sigs else None
         self.signature = signature

@@ -17,13 +17,11 @@ import numpy as np
 
 def main(argv: list[str]) -> int:
     from edgekit.runners import load_runner
-    from edgekit.signature import Signature, TensorSpec
+    from edgekit.signature import Signature
 
     fmt, path, sig_path, in_path, out_path, *inspection_path = argv
     with open(sig_path) as f:
-        raw = json.load(f)
-    sig = Signature(tuple(TensorSpec(i["name"], tuple(i["shape"]), i["dtype"]) for i in raw["inputs"]),
-                    layout=raw.get("layout", "NCHW"))
+        sig = Signature.from_json(json.load(f))
     runner = load_runner(fmt, path, sig)
     with np.load(in_path) as data:
         inputs = {k: data[k] for k in data.files}

@@ -188,21 +188,24 @@ def check(
     as_json: Annotated[bool, typer.Option("--json", help="Write the JSON result to stdout.")] = False,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Baseline JSON (default: edgekit.baseline.json beside the config).")] = None,
     update_baseline: Annotated[bool, typer.Option("--update-baseline", help="Write this run's results as the baseline.")] = False,
+    attribution: Annotated[str, typer.Option("--attribution", help="Rank the layers of int8 artifacts by drift: failing (cases), all, or none.")] = "failing",
 ):
     """The CI gate: convert and verify what the config lists; exit 1 when a budget is broken."""
     from edgekit import check as gate
     from edgekit.cli.render import Reporter
+    from edgekit.errors import BadInput
 
+    if attribution not in ("failing", "all", "none"):
+        raise BadInput(f"--attribution {attribution!r}", fix="use failing, all or none")
     models = gate.load_config(config)
     reporter = Reporter(_stderr())
-    cases = gate.run_checks(models, str(out), progress=reporter.step)
+    cases = gate.run_checks(models, str(out), progress=reporter.step, attribution=attribution)
     baseline = baseline or config.with_name("edgekit.baseline.json")
     if update_baseline:
         gate.write_baseline(cases, baseline)
         print(f"edgekit: wrote the baseline {baseline}", file=sys.stderr)
     elif baseline.is_file():
-        budgets = {f"{m.name} {t} {p}": m.budget(p) for m in models for t in m.targets for p in m.precisions}
-        cases = gate.compare_baseline(cases, baseline, budgets)
+        cases = gate.compare_baseline(cases, baseline)
     if junit is not None:
         junit.write_text(gate.to_junit(cases), encoding="utf-8")
     summary = markdown or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None)
@@ -211,10 +214,14 @@ def check(
             f.write(gate.to_markdown(cases))
     if as_json:
         sys.stdout.write(json.dumps(_finite(gate.to_json(cases)), indent=2, allow_nan=False) + "\n")
+    from edgekit.attribution import SHOWN
+
     for c in cases:
         line = f"{'PASS' if c.status == 'pass' else 'FAIL'} {c.name}"
+        layers = "".join(f"\n  layer {i}: {d.text()}" for i, d in enumerate(c.layers[:SHOWN], 1))
         print(line + (": " + "; ".join(c.reasons) if c.reasons else "")
-              + ("".join(f"\n  changed: {x}" for x in c.changes)), file=sys.stderr if as_json else sys.stdout)
+              + ("".join(f"\n  changed: {x}" for x in c.changes)) + layers
+              + (f"\n  {c.layers_note}" if c.layers_note else ""), file=sys.stderr if as_json else sys.stdout)
     if any(c.status == "fail" for c in cases):
         raise typer.Exit(EXIT_CHECK_FAILED)
 

@@ -1,0 +1,163 @@
+"""Per-layer drift attribution: which layers of a quantized artifact lose the most signal.
+
+Each backend traces the quantized model and its float counterpart on the same inputs and reports,
+for every op of the quantized model, its output tensor, its activation inputs, and the SQNR of
+that output against the float model (float vs. dequantized):
+
+    tflite  the LiteRT interpreter with every intermediate tensor kept, against the fp32 .tflite
+            litert-torch makes from the same source (ops aligned in execution order)
+    onnx    onnxruntime's QDQ debugging (qdq_loss_debug): activations matched by tensor name
+            against the fp32 .onnx the int8 model was quantized from, plus each weight's SQNR
+    pte     the PT2E-quantized graph the .pte is lowered from, node by node against the float
+            exported program (XNNPACK runs the .pte as one delegate call, with no intermediates)
+
+SQNR accumulates along the graph: every layer after a bad one looks bad too. So layers are ranked
+by the SQNR they lose themselves — the worst SQNR among their inputs minus the SQNR of their
+output — and the layer that breaks a model comes first. Names are the source model's module paths
+where the backend keeps them (features.2), else the backend's own op names.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+CEILING_DB = 140.0  # what an exact match counts as (float32 noise is about 140 dB below the signal)
+SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Traced:
+    """One op of the quantized model as a backend traced it."""
+
+    layer: str  # the source model's layer (module path) where known, else the backend's op name
+    op: str  # the backend's op type
+    tensor: str  # key of its output in the SQNR table
+    inputs: tuple[str, ...]  # keys of its activation inputs (not weights)
+    weight_sqnr_db: float | None = None
+
+
+@dataclass(frozen=True)
+class LayerDrift:
+    layer: str
+    op: str
+    tensor: str
+    sqnr_db: float  # output vs. the float model (accumulated drift)
+    loss_db: float  # SQNR lost in this layer: worst input SQNR minus output SQNR
+    weight_sqnr_db: float | None = None
+
+    def to_json(self) -> dict:
+        return {"layer": self.layer, "op": self.op, "tensor": self.tensor, "sqnr_db": round(self.sqnr_db, 3),
+                "loss_db": round(self.loss_db, 3),
+                "weight_sqnr_db": None if self.weight_sqnr_db is None else round(self.weight_sqnr_db, 3)}
+
+    def text(self) -> str:
+        weights = f", weights {self.weight_sqnr_db:.1f} dB" if self.weight_sqnr_db is not None else ""
+        return f"{self.layer} ({self.op}): loses {self.loss_db:.1f} dB (output SQNR {self.sqnr_db:.1f} dB{weights})"
+
+
+def sqnr_db(reference, actual) -> float:
+    """20·log10(‖reference‖ / ‖reference − actual‖), within ±CEILING_DB."""
+    r = np.asarray(reference, dtype=np.float64).ravel()
+    a = np.asarray(actual, dtype=np.float64).ravel()
+    if r.shape != a.shape:
+        raise ValueError(f"cannot compare tensors of {r.size} and {a.size} values")
+    return sqnr_from_sums(float(np.sum(r ** 2)), float(np.sum((r - a) ** 2)))
+
+
+def sqnr_from_sums(signal: float, noise: float) -> float:
+    """SQNR in dB from the summed squares of the reference and of the error."""
+    if noise == 0.0:
+        return CEILING_DB
+    if signal == 0.0:
+        return -CEILING_DB
+    return float(max(-CEILING_DB, min(CEILING_DB, 10 * math.log10(signal / noise))))
+
+
+def rank(traced: list[Traced], sqnr: dict[str, float]) -> list[LayerDrift]:
+    """Every traced op with a known output SQNR, the one that loses the most first."""
+    out = []
+    for t in traced:
+        if t.tensor not in sqnr:
+            continue
+        known = [sqnr[i] for i in t.inputs if i in sqnr]
+        before = min(known) if known else CEILING_DB
+        out.append(LayerDrift(t.layer, t.op, t.tensor, sqnr[t.tensor], before - sqnr[t.tensor], t.weight_sqnr_db))
+    return sorted(out, key=lambda d: -d.loss_db)
+
+
+def to_json(layers: list[LayerDrift]) -> list[dict]:
+    return [d.to_json() for d in layers]
+
+
+def from_json(rows: list[dict]) -> list[LayerDrift]:
+    return [LayerDrift(r["layer"], r["op"], r["tensor"], r["sqnr_db"], r["loss_db"], r.get("weight_sqnr_db"))
+            for r in rows]
+
+
+def module_path_from_location(location: str) -> str | None:
+    """features.0 from a torch.export location such as
+    '__main__.Net/torch.nn.modules.container.Sequential_features/torch.nn.modules.conv.Conv2d_0'."""
+    parts = location.split("/")[1:]
+    names = [p.rpartition("_")[2] for p in parts if "_" in p]
+    return ".".join(names) if names and all(names) else None
+
+
+ATTRIBUTED_FORMATS = ("tflite", "onnx", "pte")
+SAMPLES = 32  # samples traced: every intermediate tensor of every sample is read
+
+
+def attribute(artifact_path: str, source: str, *, source_options=None, eval_data: str | None = None,
+              calibration=None, method: str = "minmax", progress=None) -> list[LayerDrift]:
+    """Rank the layers of the int8 artifact at `artifact_path` by the SQNR they lose (see the module doc).
+
+    The float reference is the fp32 artifact of the same format, converted from `source` by the same
+    route; for .pte it is the float exported program, and the int8 side is the PT2E model rebuilt
+    with `calibration` (a CalibrationSpec) and `method`.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from edgekit.calibration.data import load_samples, random_samples
+    from edgekit.errors import BadInput
+    from edgekit.formats import detect
+    from edgekit.graph import Graph
+    from edgekit.loading import SourceOptions, open_source
+    from edgekit.pipeline import ConvertContext, build
+    from edgekit.quiet import captured
+    from edgekit.runners import trace_layers_isolated
+
+    say = progress or (lambda _msg: None)
+    fmt = detect(artifact_path)
+    if fmt not in ATTRIBUTED_FORMATS:
+        raise BadInput(f"per-layer attribution is not available for .{fmt} artifacts",
+                       fix=f"attribute the {'.onnx it was made from' if fmt == 'ort' else 'tflite, onnx or pte artifact'}")
+    if fmt == "pte" and calibration is None:
+        raise BadInput("attributing an ExecuTorch artifact needs its calibration data",
+                       fix="the .pte runs as one XNNPACK call, so the PT2E model is rebuilt from the source: "
+                           "pass the calibration data it was quantized with")
+    with captured():
+        model = open_source(source, source_options or SourceOptions())
+    signature = model.artifact.signature
+    if eval_data:
+        samples = load_samples(eval_data, signature, what="eval data")
+    elif calibration is not None:
+        from edgekit.calibration.sources import load_calibration
+
+        samples = load_calibration(calibration, signature)[0]
+    else:
+        samples = random_samples(signature, SAMPLES)
+    inputs = {k: v[:SAMPLES] for k, v in samples.inputs.items()}
+    say(f"attributing drift in {Path(artifact_path).name} layer by layer on {len(next(iter(inputs.values())))} samples")
+    if fmt == "pte":
+        from edgekit.calibration.sources import load_calibration
+        from edgekit.targets.pte_layers import trace
+
+        with captured():
+            return trace(model, load_calibration(calibration, signature)[0], method, inputs)
+    with tempfile.TemporaryDirectory(prefix="edgekit-float-") as tmp:
+        plan = Graph().plan(model.artifact.format, fmt, "fp32")
+        float_artifact = build(plan, ConvertContext(model, Path(tmp)), "reference", say)
+        return from_json(trace_layers_isolated(fmt, float_artifact.path, artifact_path, signature, inputs))

@@ -1,0 +1,160 @@
+"""Per-layer drift of an int8 .tflite against the fp32 .tflite made from the same source.
+
+Both models run in the LiteRT interpreter with every intermediate tensor kept. Their ops are
+aligned in execution order once QUANTIZE and DEQUANTIZE are set aside (the int8 model is the fp32
+graph with those added); where the two sequences differ, ops are matched by output tensor name.
+litert-torch names tensors after torch.export locations, which give the source module path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgekit.attribution import Traced, module_path_from_location
+from edgekit.signature import Signature
+
+BOUNDARY_OPS = frozenset({"QUANTIZE", "DEQUANTIZE"})
+PARAMETRIZED = (".conv.", ".linear.", "Conv", "Linear", "Dense", "norm.", "Norm", "Embedding")
+
+
+class _Traced:
+    """One model loaded with intermediates kept: its ops, tensors, and a way to read them as float."""
+
+    def __init__(self, path: str, signature: Signature):
+        from edgekit.targets.tflite import TfliteRunner
+
+        self.runner = TfliteRunner(path, signature, keep_intermediates=True)
+        interp = self.runner.interp
+        self.tensors = {t["index"]: t for t in interp.get_tensor_details()}
+        self.ops = [op for op in interp._get_ops_details() if op["op_name"] != "DELEGATE"]
+        produced = {i for op in self.ops for i in op["outputs"]}
+        self.inputs = [d["index"] for d in interp.get_input_details()]
+        self.activations = produced | set(self.inputs)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> None:
+        self.runner.run(feeds)
+
+    def value(self, index: int) -> np.ndarray:
+        return dequantized(self.runner.interp.get_tensor(index), self.tensors[index])
+
+
+def dequantized(x: np.ndarray, detail: dict) -> np.ndarray:
+    if np.dtype(x.dtype).kind not in "iu":
+        return np.asarray(x, dtype=np.float64)
+    q = detail.get("quantization_parameters") or {}
+    scales, zeros = np.asarray(q.get("scales", [])), np.asarray(q.get("zero_points", []))
+    if scales.size == 0:
+        return np.asarray(x, dtype=np.float64)
+    if scales.size == 1:
+        return (x.astype(np.float64) - zeros.ravel()[0]) * scales.ravel()[0]
+    shape = [1] * x.ndim
+    shape[q.get("quantized_dimension", 0)] = scales.size
+    return (x.astype(np.float64) - zeros.reshape(shape)) * scales.reshape(shape)
+
+
+def layer_name(names: list[str], fallback: str) -> str:
+    """The module path of the parametrized module among `names`' torch.export locations."""
+    locations = [part for name in names for part in name.split(";") if "/" in part]
+    for loc in locations:
+        if any(p in loc for p in PARAMETRIZED) and module_path_from_location(loc):
+            return module_path_from_location(loc)
+    for loc in locations:
+        if module_path_from_location(loc):
+            return module_path_from_location(loc)
+    return fallback
+
+
+def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[str, np.ndarray]):
+    """(traced ops of the int8 model, {tensor key: SQNR dB}) over the samples in `inputs`."""
+    from edgekit.attribution import sqnr_from_sums
+
+    ref, qnt = _Traced(float_path, signature), _Traced(quant_path, signature)
+    pairs = _align(ref, qnt)
+    n = len(next(iter(inputs.values())))
+    sums: dict[str, list[float]] = {}
+    keys, traced = _keys(ref, qnt, pairs)
+
+    def add(key, reference, actual):
+        if reference.shape != actual.shape:
+            return
+        s = sums.setdefault(key, [0.0, 0.0])
+        s[0] += float(np.sum(reference ** 2))
+        s[1] += float(np.sum((reference - actual) ** 2))
+
+    for i in range(n):
+        feeds = {k: v[i] for k, v in inputs.items()}
+        ref.run(feeds)
+        qnt.run(feeds)
+        for q_index, (key, r_index) in keys.items():
+            add(key, ref.value(r_index), qnt.value(q_index))
+    sqnr = {k: sqnr_from_sums(*v) for k, v in sums.items()}
+    return [t for t in traced if t.tensor in sqnr], sqnr
+
+
+def _align(ref: _Traced, qnt: _Traced) -> dict[int, dict]:
+    """int8 op index → the fp32 op it corresponds to."""
+    q_ops = [op for op in qnt.ops if op["op_name"] not in BOUNDARY_OPS]
+    if [op["op_name"] for op in q_ops] == [op["op_name"] for op in ref.ops]:
+        return {q["index"]: r for q, r in zip(q_ops, ref.ops)}
+    by_name = {ref.tensors[op["outputs"][0]]["name"]: op for op in ref.ops}
+    out = {}
+    for q in q_ops:
+        r = by_name.get(qnt.tensors[q["outputs"][0]]["name"])
+        if r is not None and r["op_name"] == q["op_name"]:
+            out[q["index"]] = r
+    return out
+
+
+def _keys(ref: _Traced, qnt: _Traced, pairs: dict[int, dict]):
+    """Which int8 tensor to compare with which fp32 tensor, under what key; and the traced ops.
+
+    The model inputs compare with themselves (key input:N); a QUANTIZE output compares with the
+    float tensor its input stands for (the quantization noise of that boundary); a DEQUANTIZE
+    output is its input again.
+    """
+    key_of: dict[int, str] = {}
+    ref_of: dict[str, int] = {}
+    for j, (q_in, r_in) in enumerate(zip(qnt.inputs, ref.inputs)):
+        key_of[q_in], ref_of[f"input:{j}"] = f"input:{j}", r_in
+    compare: dict[int, tuple[str, int]] = {}
+    traced = []
+    for op in qnt.ops:
+        ins = [i for i in op["inputs"] if i in qnt.activations and i in key_of]
+        out = op["outputs"][0]
+        name = op["op_name"]
+        if name in BOUNDARY_OPS and ins:
+            base = key_of[ins[0]]
+            if name == "DEQUANTIZE":
+                key_of[out] = base
+                continue
+            key_of[out] = f"{base}@quantized"
+            compare[out] = (key_of[out], ref_of[base])
+            ref_of[key_of[out]] = ref_of[base]
+            continue
+        r = pairs.get(op["index"])
+        if r is None:
+            continue
+        key = f"op{r['index']}"
+        key_of[out], ref_of[key] = key, r["outputs"][0]
+        compare[out] = (key, r["outputs"][0])
+        own = [*r["outputs"], *(i for i in r["inputs"] if i >= 0 and i not in ref.activations)]
+        names = [ref.tensors[i]["name"] for i in own]
+        traced.append(Traced(layer_name(names, f"{name.lower()}_{r['index']}"), name, key,
+                             tuple(key_of[i] for i in ins),
+                             _weight_sqnr(ref, qnt, r, op)))
+    return compare, traced
+
+
+def _weight_sqnr(ref: _Traced, qnt: _Traced, r: dict, q: dict) -> float | None:
+    """SQNR of the op's first constant input (its weights) against the fp32 weights."""
+    from edgekit.attribution import sqnr_db
+
+    q_w = [i for i in q["inputs"] if i >= 0 and i not in qnt.activations]
+    r_w = [i for i in r["inputs"] if i >= 0 and i not in ref.activations]
+    if not q_w or not r_w:
+        return None
+    qd, rd = qnt.tensors[q_w[0]], ref.tensors[r_w[0]]
+    if (np.dtype(qd["dtype"]).kind not in "iu" or np.dtype(rd["dtype"]).kind != "f"
+            or tuple(qd["shape"]) != tuple(rd["shape"])):
+        return None
+    return sqnr_db(ref.runner.interp.get_tensor(r_w[0]), qnt.value(q_w[0]))
