@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.edgekit-installed
 
-.PHONY: setup demo test test-fast bench samples clean
+.PHONY: setup browser demo test test-fast bench samples clean
 
 setup: $(STAMP)
 
@@ -14,10 +14,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[all,test]'
 	touch $(STAMP)
 
+# Headless Chromium for the HTML report's screenshot test (Debian's package), installed once.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		echo "installing chromium (apt-get)"; \
+		$(SUDO) apt-get update -qq >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	fi
+
 demo: setup
 	$(BIN)/edgekit demo
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest
 
 test-fast: setup

@@ -469,7 +469,7 @@ def _svg_chart(report: Report) -> str:
     e = html.escape
     if not report.artifacts:
         return "<p>no artifacts</p>"
-    label_w, bar_w, row_h, value_w = 320, 420, 26, 110
+    label_w, bar_w, row_h, value_w = 320, 420, 26, 170  # value_w fits "1023.9 MiB int8-dynamic"
     width, height = label_w + bar_w + value_w, row_h * len(report.artifacts) + 10
     top = max(a.bytes for a in report.artifacts) or 1
     _, names = display_names(report)

@@ -163,3 +163,94 @@ def test_cli_refuses_a_source_model_and_a_missing_path(tmp_path):
     assert missing.returncode == 2 and "not found" in missing.stderr
     both = run_cli("report", tmp_path, "--json", "--markdown")
     assert both.returncode == 2
+
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars", "--force-device-scale-factor=1")
+
+
+def _screenshot(page: Path, png: Path, size: tuple[int, int], timeout: float = 60) -> None:
+    """Headless Chromium (Debian's package, `make browser`) renders `page` into `png`, `size` CSS px."""
+    import os
+    import signal
+    import subprocess
+    import tempfile
+
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("chromium is not installed: run `make browser` (`make test` does it) to install Debian's "
+                    "chromium for the HTML report's screenshot test")
+    with tempfile.TemporaryDirectory(prefix="edgekit-chromium-") as profile:
+        cmd = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}",
+               f"--window-size={size[0]},{size[1]}", page.resolve().as_uri()]
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # chromium's helper processes too
+            out, _ = proc.communicate()
+            pytest.fail(f"chromium took over {timeout:g} s to screenshot {page}:\n{out[-3000:]}")
+    assert proc.returncode == 0 and png.is_file(), f"chromium failed ({proc.returncode}):\n{out[-3000:]}"
+
+
+def _bars(rgb, colors: dict[str, tuple[int, int, int]], min_run: int = 20) -> list[dict]:
+    """The bars in a screenshot (an H×W×3 int16 array), top to bottom: blocks of consecutive rows that hold a horizontal run of at
+    least `min_run` pixels of one bar colour (the legend's 10 px swatches are too small to count)."""
+    import numpy as np
+
+    rows = []  # (y, precision, left, right) of each row crossing a bar
+    for prec, ref in colors.items():
+        mask = (np.abs(rgb - np.array(ref, dtype=np.int16)) <= 2).all(axis=2)
+        for y in np.flatnonzero(mask.sum(axis=1) >= min_run):
+            xs = np.flatnonzero(mask[y])
+            breaks = np.flatnonzero(np.diff(xs) != 1)
+            starts, ends = np.r_[0, breaks + 1], np.r_[breaks, len(xs) - 1]
+            if (ends - starts + 1).max() >= min_run:
+                rows.append((int(y), prec, int(xs[0]), int(xs[-1])))
+    bars: list[dict] = []
+    for y, prec, left, right in sorted(rows):
+        bar = bars[-1] if bars else None
+        if bar and bar["precision"] == prec and bar["bottom"] == y - 1:  # the same bar, one row down
+            bar.update(bottom=y, left=min(bar["left"], left), right=max(bar["right"], right))
+        else:
+            bars.append({"precision": prec, "top": y, "bottom": y, "left": left, "right": right})
+    for bar in bars:
+        bar["width"], bar["height"] = bar["right"] - bar["left"] + 1, bar["bottom"] - bar["top"] + 1
+    return bars
+
+
+def test_html_page_renders_its_chart_in_a_browser(artifacts, tmp_path, report):
+    """The page from `edgekit report --html`, as Chromium draws it: one bar per artifact, in order, in the
+    colour of its precision, as long as its size says, above the summary table."""
+    from edgekit.report import _COLORS
+
+    page, png, size = tmp_path / "sizes.html", tmp_path / "sizes.png", (1280, 1000)
+    proc = run_cli("report", artifacts, "--html", page)
+    assert proc.returncode == 0, proc.stderr
+    _screenshot(page, png, size)
+
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size == size
+        rgb = np.asarray(im.convert("RGB"), dtype=np.int16)
+    colors = {p: tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for p, c in _COLORS.items()}
+    bars = _bars(rgb, colors)
+    # one bar per artifact, top to bottom in the report's order, each in the colour of its precision
+    assert [b["precision"] for b in bars] == [a.precision for a in report.artifacts], bars
+    assert len({b["left"] for b in bars}) == 1, bars  # all start at the chart's axis
+    assert all(18 <= b["height"] <= 22 for b in bars), bars  # row_h - 6 = 20 px each, none merged or cut
+    assert all(b2["top"] - b1["top"] >= 24 for b1, b2 in zip(bars, bars[1:])), bars  # separate rows
+    biggest = max(a.bytes for a in report.artifacts)
+    longest = max(b["width"] for b in bars)
+    assert 415 <= longest <= 425, bars  # the chart's 420 px bar area, drawn at scale 1
+    for b, a in zip(bars, report.artifacts):
+        assert abs(b["width"] - a.bytes / biggest * 420) <= 3, (a.path, b, bars)  # as long as its size says
+    assert sum(b["width"] * b["height"] for b in bars) > len(bars) * 100 * 18  # plenty of bar-coloured pixels
+    # the summary table's header row (its #f3f3f3 background) is drawn below the chart
+    header = (np.abs(rgb - np.array((0xF3, 0xF3, 0xF3), dtype=np.int16)) <= 1).all(axis=2)
+    header_rows = np.flatnonzero(header.sum(axis=1) >= 600)
+    assert header_rows.size >= 20 and header_rows[0] > bars[-1]["bottom"], header_rows[:5]
