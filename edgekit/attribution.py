@@ -13,7 +13,10 @@ that output against the float model (float vs. dequantized):
 
 SQNR accumulates along the graph: every layer after a bad one looks bad too. So layers are ranked
 by the SQNR they lose themselves — the worst SQNR among their inputs minus the SQNR of their
-output — and the layer that breaks a model comes first. Names are the source model's module paths
+output — and the layer that breaks a model comes first. The model's inputs count as layers too
+(their quantization, against the float input). No layer is credited with input quality above
+INPUT_CAP_DB: 8-bit quantization keeps about 50 dB at best, and a float input (exact, 140 dB)
+would otherwise make the first layer look like the worst. Names are the source model's module paths
 where the backend keeps them (features.2), else the backend's own op names.
 """
 
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 CEILING_DB = 140.0  # what an exact match counts as (float32 noise is about 140 dB below the signal)
+INPUT_CAP_DB = 60.0  # the most input SQNR a layer is credited with (int8 keeps ~6 dB per bit)
 SHOWN = 5
 
 
@@ -83,7 +87,7 @@ def rank(traced: list[Traced], sqnr: dict[str, float]) -> list[LayerDrift]:
         if t.tensor not in sqnr:
             continue
         known = [sqnr[i] for i in t.inputs if i in sqnr]
-        before = min(known) if known else CEILING_DB
+        before = min([*known, INPUT_CAP_DB])
         out.append(LayerDrift(t.layer, t.op, t.tensor, sqnr[t.tensor], before - sqnr[t.tensor], t.weight_sqnr_db))
     return sorted(out, key=lambda d: -d.loss_db)
 

@@ -50,7 +50,8 @@ def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[s
         if name not in sqnr and post is not None and name in activations["float"]:
             sqnr[name] = sqnr_db(np.concatenate(activations["float"][name]), np.concatenate(post))
     weights = compute_weight_error(create_weight_matching(float_path, quant_path))
-    return _traced(onnx.load(quant_path, load_external_data=False), weights), sqnr
+    inputs_quantized = [Traced(f"input {name}", "QuantizeLinear", name, ()) for name in graph_inputs if name in sqnr]
+    return inputs_quantized + _traced(onnx.load(quant_path, load_external_data=False), weights), sqnr
 
 
 def _traced(model, weights: dict[str, float]) -> list[Traced]:

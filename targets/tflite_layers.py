@@ -72,7 +72,7 @@ def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[s
     pairs = _align(ref, qnt)
     n = len(next(iter(inputs.values())))
     sums: dict[str, list[float]] = {}
-    keys, traced = _keys(ref, qnt, pairs)
+    keys, traced = _keys(ref, qnt, pairs, signature.input_names)
 
     def add(key, reference, actual):
         if reference.shape != actual.shape:
@@ -105,7 +105,7 @@ def _align(ref: _Traced, qnt: _Traced) -> dict[int, dict]:
     return out
 
 
-def _keys(ref: _Traced, qnt: _Traced, pairs: dict[int, dict]):
+def _keys(ref: _Traced, qnt: _Traced, pairs: dict[int, dict], input_names: tuple[str, ...]):
     """Which int8 tensor to compare with which fp32 tensor, under what key; and the traced ops.
 
     The model inputs compare with themselves (key input:N); a QUANTIZE output compares with the
@@ -130,6 +130,9 @@ def _keys(ref: _Traced, qnt: _Traced, pairs: dict[int, dict]):
             key_of[out] = f"{base}@quantized"
             compare[out] = (key_of[out], ref_of[base])
             ref_of[key_of[out]] = ref_of[base]
+            if base.startswith("input:"):  # the model input's quantization is a layer of its own
+                j = int(base.partition(":")[2])
+                traced.append(Traced(f"input {input_names[j] if j < len(input_names) else j}", name, key_of[out], ()))
             continue
         r = pairs.get(op["index"])
         if r is None:
