@@ -89,7 +89,9 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         if not isinstance(value, str):
             raise BadInput(f"{where}.{key} must be a string")
         p = base / value
-        return str(p) if p.exists() or ":" not in value else value  # module:factory specs stay as given
+        if p.exists() or (":" not in value and value != "random"):
+            return str(p)
+        return value  # module:function specs and `random` stay as given
 
     def strings(key, default):
         value = m.get(key, default)
@@ -100,12 +102,14 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         return tuple(value)
 
     artifacts = tuple(str(base / a) for a in strings("artifacts", []))
+    if "artifacts" in m and ("targets" in m or "precisions" in m):
+        raise BadInput(f"{where}: give either 'artifacts' or 'targets'/'precisions', not both",
+                       fix="given artifacts are verified as they are; their target and precision come from the files")
+    if "artifacts" in m and not artifacts:
+        raise BadInput(f"{where}.artifacts is empty", fix="list artifact files, or use 'targets' to convert")
     missing = [a for a in artifacts if not Path(a).exists()]
     if missing:
         raise BadInput(f"{where}.artifacts: not found: {', '.join(missing)}")
-    if artifacts and ("targets" in m or "precisions" in m):
-        raise BadInput(f"{where}: give either 'artifacts' or 'targets'/'precisions', not both",
-                       fix="given artifacts are verified as they are; their target and precision come from the files")
     precisions = strings("precisions", ["fp32"])
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
 from edgekit.check import load_config
 from edgekit.errors import BadInput
-from tests.conftest import REPO, run_cli
+from tests import damage
+from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, REPO, convert_sample, run_cli
 
 pytestmark = pytest.mark.slow
 EXAMPLE = REPO / "edgekit.toml"
@@ -62,7 +64,9 @@ def test_a_broken_size_budget_exits_1_and_is_named(tmp_path):
     ('[[models]]\npath = "m.pt2"\ntargets = ["onnx"]\n[models.budgets]\nmax_bytes = "big"\n', "max_bytes must be a number"),
     ('models = 3\n', r"no \[\[models\]\] listed"),
     ('[[models]\n', "is not valid TOML"),
-], ids=["key", "budget", "precision", "calibration", "path", "number", "models", "toml"])
+    ('[[models]]\npath = "m.pt2"\nartifacts = ["nowhere.tflite"]\n', r"artifacts: not found: .*nowhere.tflite"),
+    ('[[models]]\npath = "m.pt2"\nartifacts = []\ntargets = ["onnx"]\n', "either 'artifacts' or 'targets'"),
+], ids=["key", "budget", "precision", "calibration", "path", "number", "models", "toml", "artifact", "both"])
 def test_config_errors_name_the_key(tmp_path, body, message):
     config = tmp_path / "edgekit.toml"
     config.write_text(body)
@@ -93,3 +97,111 @@ def test_a_baseline_records_the_run_and_later_runs_report_change(tmp_path):
     (case,) = json.loads(second.stdout)["cases"]
     assert any(c.startswith("onnx fp32 cosine 1.5 → ") and c.endswith(", budget 0.9999") for c in case["changes"])
     assert any(c.startswith("onnx fp32 bytes 1000 → ") for c in case["changes"])
+
+
+# --- the gate against deliberately damaged artifacts -------------------------------------------
+
+BUDGETS = """
+[models.budgets]
+max_accuracy_drop = 0.01
+[models.budgets.int8]
+cosine = 0.995
+sqnr_db = 38.0
+"""
+
+
+@pytest.fixture(scope="module")
+def digits_artifacts(tmp_path_factory) -> dict[str, Path]:
+    """Healthy artifacts of the digits CNN, by "target precision": onnx fp32, tflite and onnx int8."""
+    fp32 = convert_sample(tmp_path_factory, DIGITS, DIGITS_CALIB, DIGITS_EVAL, "fp32", targets=("onnx",))
+    int8 = convert_sample(tmp_path_factory, DIGITS, DIGITS_CALIB, DIGITS_EVAL, "int8", targets=("tflite", "onnx"))
+    return {f"{r.target} {r.artifact.precision}": Path(r.artifact.path) for res in (fp32, int8) for r in res.artifacts}
+
+
+def given_config(tmp_path, *artifacts: Path) -> Path:
+    """A config checking the given artifacts of the digits CNN against the example config's budgets."""
+    config = tmp_path / "given.toml"
+    listed = ", ".join(f'"{a}"' for a in artifacts)
+    config.write_text(f"""
+[[models]]
+name = "digits"
+path = "{DIGITS}"
+eval = "{DIGITS_EVAL}"
+calibration = "{DIGITS_CALIB}"
+artifacts = [{listed}]
+{BUDGETS}""")
+    return config
+
+
+def check_json(config, tmp_path, *extra) -> tuple[int, dict, str]:
+    proc = run_cli("check", config, "--json", "-o", tmp_path / "out", *extra)
+    assert proc.returncode in (0, 1), proc.stderr
+    return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+
+def test_given_healthy_artifacts_pass_and_name_their_layers(digits_artifacts, tmp_path):
+    config = given_config(tmp_path, *digits_artifacts.values())
+    code, doc, _ = check_json(config, tmp_path, "--attribution", "all")
+    assert code == 0 and doc["passed"] == 3, doc
+    cases = {f"{c['target']} {c['precision']}": c for c in doc["cases"]}
+    assert set(cases) == {"onnx fp32", "tflite int8", "onnx int8"}
+    for key in ("tflite int8", "onnx int8"):
+        layers = cases[key]["layers"]
+        # every conv and linear layer, under the source model's module names, with finite SQNR
+        assert {"features.0", "features.2", "classifier.1", "classifier.3"} <= {d["layer"] for d in layers}
+        assert all(d["sqnr_db"] > 30 for d in layers if d["layer"].startswith(("features", "classifier")))
+        assert [d["loss_db"] for d in layers] == sorted((d["loss_db"] for d in layers), reverse=True)
+    assert cases["onnx fp32"]["layers"] == []  # attribution is for int8 artifacts
+
+
+@pytest.mark.parametrize("artifact, layer", [("tflite int8", "features.2"), ("onnx int8", "features.2"),
+                                             ("onnx int8", "classifier.1")])
+def test_perturbed_weights_fail_and_attribution_names_the_layer_first(digits_artifacts, tmp_path, artifact, layer):
+    healthy = digits_artifacts[artifact]
+    damaged = tmp_path / healthy.name
+    perturb = damage.perturb_tflite_weights if healthy.suffix == ".tflite" else damage.perturb_onnx_weights
+    perturb(healthy, damaged, layer)
+    junit, summary = tmp_path / "check.xml", tmp_path / "summary.md"
+    code, doc, _ = check_json(given_config(tmp_path, damaged), tmp_path, "--junit", junit, "--markdown", summary)
+    (case,) = doc["cases"]
+    assert code == 1 and case["status"] == "fail"
+    assert any("cosine" in r and "< 0.995" in r for r in case["reasons"]), case["reasons"]
+    assert case["layers"][0]["layer"] == layer, case["layers"]
+    assert ET.parse(junit).getroot().get("failures") == "1"
+    text = summary.read_text()
+    assert f"Layers of digits {artifact} losing the most" in text and f"| `{layer}` |" in text
+
+
+def test_swapped_output_channels_break_the_accuracy_budget(digits_artifacts, tmp_path):
+    damaged = damage.swap_onnx_output_channels(digits_artifacts["onnx fp32"], tmp_path / "digits_cnn.onnx", 3, 5)
+    code, doc, _ = check_json(given_config(tmp_path, damaged), tmp_path)
+    (case,) = doc["cases"]
+    assert code == 1 and case["precision"] == "fp32"
+    assert any(r.startswith("accuracy drop") and "> budget 1.00" in r for r in case["reasons"]), case["reasons"]
+
+
+def test_a_wrong_input_scale_fails_and_attribution_blames_the_input(digits_artifacts, tmp_path):
+    healthy = digits_artifacts["onnx int8"]
+    damaged = damage.wrong_onnx_input_scale(healthy, tmp_path / healthy.name, 4.0)
+    code, doc, _ = check_json(given_config(tmp_path, damaged), tmp_path)
+    (case,) = doc["cases"]
+    assert code == 1
+    assert any("cosine" in r and "< 0.995" in r for r in case["reasons"]), case["reasons"]
+    assert case["layers"][0]["layer"] == "input x", case["layers"]
+
+
+def test_calibrating_on_random_data_breaks_the_sqnr_budget(tmp_path):
+    config = tmp_path / "edgekit.toml"
+    config.write_text(f"""
+[[models]]
+name = "digits"
+path = "{DIGITS}"
+eval = "{DIGITS_EVAL}"
+calibration = "random"
+targets = ["tflite", "onnx"]
+precisions = ["int8"]
+{BUDGETS}""")
+    code, doc, _ = check_json(config, tmp_path, "--attribution", "none")
+    assert code == 1 and doc["failed"] == 2, doc
+    for case in doc["cases"]:
+        assert any(r.startswith("output_0 sqnr_db") and "< 38" in r for r in case["reasons"]), case["reasons"]
