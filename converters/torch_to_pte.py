@@ -42,22 +42,30 @@ class TorchToPte(Converter):
             # A deep copy: .half() would otherwise change the source model's shared weights.
             program = torch.export.export(_fp16_wrapper()(copy.deepcopy(source.exported().module())), args)
         else:
-            from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
-                XNNPACKQuantizer,
-                get_symmetric_quantization_config,
-            )
-
             dynamic = precision == "int8-dynamic"
-            quantizer = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config,
-                                       method=ctx.method, dynamic=dynamic)
-            quantized = pt2e.quantize(source.exported().module(), quantizer, None if dynamic else ctx.calibration,
-                                      src.signature.input_names, example_args=args, fold_quantize=True)
+            quantized = quantize_int8(source, None if dynamic else ctx.calibration, ctx.method,
+                                      src.signature.input_names, dynamic=dynamic, example_args=args)
             program = torch.export.export(quantized, args)
             if ctx.int8_io and not dynamic:
                 files.append(str(_integer_io(program, src, out_path)))
         lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
         out_path.write_bytes(lowered.to_executorch().buffer)
         return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files))
+
+
+def quantize_int8(source, calibration, method: str, input_names, *, dynamic: bool = False, example_args=None):
+    """The PT2E-quantized GraphModule an int8 .pte is lowered from: XNNPACKQuantizer, symmetric
+    per-channel int8, `method`'s activation observer, calibrated on `calibration` (None if dynamic).
+    Shared with edgekit.targets.pte_layers, which attributes drift on this very graph."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    quantizer = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config, method=method, dynamic=dynamic)
+    args = source.example_args() if example_args is None else example_args
+    return pt2e.quantize(source.exported().module(), quantizer, calibration, input_names, example_args=args,
+                         fold_quantize=True)
 
 
 def _fp16_wrapper():
