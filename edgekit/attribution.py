@@ -145,6 +145,13 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
         raise BadInput("attributing an ExecuTorch artifact needs its calibration data",
                        fix="the .pte runs as one XNNPACK call, so the PT2E model is rebuilt from the source: "
                            "pass the calibration data it was quantized with")
+    from edgekit.targets.inspection import inspect_artifact
+
+    with captured():
+        int8_share = inspect_artifact(fmt, artifact_path).int8_weight_share
+    if int8_share < 0.5:
+        raise BadInput(f"{artifact_path} is not an int8 artifact: per-layer attribution compares int8 layers "
+                       "with the float model", fix="give the int8 artifact (edgekit convert --int8)")
     with captured():
         model = open_source(source, source_options or SourceOptions())
     signature = model.artifact.signature

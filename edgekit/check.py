@@ -331,7 +331,7 @@ def to_junit(cases: list[Case]) -> str:
                              time=f"{c.seconds:.3f}")
         if c.status == "fail":
             failure = ET.SubElement(case, "failure", message="; ".join(c.reasons))
-            failure.text = "\n".join(c.reasons)
+            failure.text = "\n".join([*c.reasons, *(f"layer {i}: {d.text()}" for i, d in enumerate(c.layers[:5], 1))])
     return ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode", xml_declaration=True)
 
 

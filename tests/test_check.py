@@ -167,7 +167,8 @@ def test_perturbed_weights_fail_and_attribution_names_the_layer_first(digits_art
     assert code == 1 and case["status"] == "fail"
     assert any("cosine" in r and "< 0.995" in r for r in case["reasons"]), case["reasons"]
     assert case["layers"][0]["layer"] == layer, case["layers"]
-    assert ET.parse(junit).getroot().get("failures") == "1"
+    suite = ET.parse(junit).getroot()
+    assert suite.get("failures") == "1" and f"layer 1: {layer} " in suite.find("testcase/failure").text
     text = summary.read_text()
     assert f"Layers of digits {artifact} losing the most" in text and f"| `{layer}` |" in text
 
@@ -205,3 +206,20 @@ precisions = ["int8"]
     assert code == 1 and doc["failed"] == 2, doc
     for case in doc["cases"]:
         assert any(r.startswith("output_0 sqnr_db") and "< 38" in r for r in case["reasons"]), case["reasons"]
+
+
+def test_layers_command_ranks_a_damaged_artifact_on_demand(digits_artifacts, tmp_path):
+    healthy = digits_artifacts["tflite int8"]
+    damaged = damage.perturb_tflite_weights(healthy, tmp_path / healthy.name, "classifier.1")
+    proc = run_cli("layers", damaged, "--source", DIGITS, "--eval", DIGITS_EVAL, "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "edgekit.layers/1" and doc["layers"][0]["layer"] == "classifier.1", doc["layers"][:3]
+    text = run_cli("layers", damaged, "--source", DIGITS, "--eval", DIGITS_EVAL, "--top", "2")
+    assert text.returncode == 0 and text.stdout.splitlines()[0].startswith("  1. classifier.1 (FULLY_CONNECTED): loses ")
+    assert len(text.stdout.splitlines()) == 2
+
+
+def test_layers_command_refuses_a_float_artifact(digits_artifacts):
+    proc = run_cli("layers", digits_artifacts["onnx fp32"], "--source", DIGITS)
+    assert proc.returncode == 2 and "is not an int8 artifact" in proc.stderr and "Traceback" not in proc.stderr

@@ -180,6 +180,37 @@ def report(
 
 @app.command()
 @handled
+def layers(
+    artifact: Annotated[Path, typer.Argument(help="An int8 .tflite, .onnx or .pte artifact.")],
+    source: Annotated[Path, typer.Option("--source", "-s", help="The source model the artifact was converted from.")],
+    eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs to trace (the first 32 are used).")] = None,
+    calib: Annotated[Optional[str], typer.Option("--calib", help="The calibration data (needed for .pte; else used as inputs when there is no --eval).")] = None,
+    calib_method: Annotated[str, typer.Option("--calib-method", help="The method the .pte was calibrated with: minmax or mse.")] = "minmax",
+    input_shape: Annotated[list[str], typer.Option("--input-shape", help="NAME=1,3,224,224 (repeat per input).")] = [],
+    top: Annotated[int, typer.Option("--top", help="How many layers to show (all with --json).")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Write every layer as JSON (edgekit.layers/1) to stdout.")] = False,
+):
+    """Which layers of an int8 artifact lose the most signal: SQNR per layer against the float model."""
+    from edgekit.attribution import attribute
+    from edgekit.calibration.sources import CalibrationSpec
+    from edgekit.cli.render import Reporter
+    from edgekit.loading import SourceOptions
+
+    ranked = attribute(str(artifact), str(source), source_options=SourceOptions(input_shapes=tuple(input_shape)),
+                       eval_data=str(eval_data) if eval_data else None,
+                       calibration=CalibrationSpec(calib) if calib else None, method=calib_method,
+                       progress=Reporter(_stderr()).step)
+    if as_json:
+        doc = {"schema": "edgekit.layers/1", "artifact": str(artifact), "source": str(source),
+               "layers": [d.to_json() for d in ranked]}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return
+    for i, d in enumerate(ranked[:top], 1):
+        print(f"{i:>3}. {d.text()}")
+
+
+@app.command()
+@handled
 def check(
     config: Annotated[Path, typer.Argument(help="The check config (TOML).")] = Path("edgekit.toml"),
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("edgekit-check"),
