@@ -105,8 +105,36 @@ def module_path_from_location(location: str) -> str | None:
     """features.0 from a torch.export location such as
     '__main__.Net/torch.nn.modules.container.Sequential_features/torch.nn.modules.conv.Conv2d_0'."""
     parts = location.split("/")[1:]
-    names = [p.rpartition("_")[2] for p in parts if "_" in p]
-    return ".".join(names) if names and all(names) else None
+    if not parts or not all("." in p.rpartition("_")[0] for p in parts):
+        return None  # not a torch location (a TensorFlow op name, say)
+    names = [p.rpartition("_")[2] for p in parts]
+    return ".".join(names) if all(names) else None
+
+
+def keras_layer(name: str, layers: set[str]) -> str | None:
+    """The Keras layer an op belongs to, from its TensorFlow name
+    ('StatefulPartitionedCall/digits_keras_1/conv1_1/BiasAdd' → 'conv1' when conv1 is a layer)."""
+    for part in (p for chunk in name.split(";") for p in chunk.split("/")):
+        if part in layers:
+            return part
+        stem, _, suffix = part.rpartition("_")
+        if suffix.isdigit() and stem in layers:  # tf.function uniquifies scopes: conv1 → conv1_1
+            return stem
+    return None
+
+
+def _source_layers(model) -> set[str]:
+    keras_model = getattr(model, "keras_model", None)
+    return {layer.name for layer in keras_model.layers} if keras_model is not None else set()
+
+
+def _renamed(layers: list[LayerDrift], known: set[str]) -> list[LayerDrift]:
+    """Backend names → the source's layer names where they can be told (Keras sources)."""
+    from dataclasses import replace
+
+    if not known:
+        return layers
+    return [replace(d, layer=keras_layer(d.layer, known) or d.layer) for d in layers]
 
 
 ATTRIBUTED_FORMATS = ("tflite", "onnx", "pte")
@@ -124,7 +152,7 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     import tempfile
     from pathlib import Path
 
-    from edgekit.calibration.data import load_samples, random_samples
+    from edgekit.calibration.data import load_samples
     from edgekit.errors import BadInput
     from edgekit.formats import detect
     from edgekit.graph import Graph
@@ -162,7 +190,8 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
 
         samples = load_calibration(calibration, signature)[0]
     else:
-        samples = random_samples(signature, SAMPLES)
+        raise BadInput("per-layer attribution needs real inputs to trace",
+                       fix="pass eval data (--eval data.npz) or the calibration data (--calib)")
     inputs = {k: v[:SAMPLES] for k, v in samples.inputs.items()}
     say(f"attributing drift in {Path(artifact_path).name} layer by layer on {len(next(iter(inputs.values())))} samples")
     if fmt == "pte":
@@ -174,4 +203,5 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     with tempfile.TemporaryDirectory(prefix="edgekit-float-") as tmp:
         plan = Graph().plan(model.artifact.format, fmt, "fp32")
         float_artifact = build(plan, ConvertContext(model, Path(tmp)), "reference", say)
-        return from_json(trace_layers_isolated(fmt, float_artifact.path, artifact_path, signature, inputs))
+        ranked = from_json(trace_layers_isolated(fmt, float_artifact.path, artifact_path, signature, inputs))
+    return _renamed(ranked, _source_layers(model))

@@ -61,7 +61,8 @@ def layer_name(names: list[str], fallback: str) -> str:
     for loc in locations:
         if module_path_from_location(loc):
             return module_path_from_location(loc)
-    return fallback
+    # Not a torch location (a TensorFlow source): the tensor's own name, which names its layer.
+    return next((part for name in names for part in name.split(";") if "/" in part), fallback)
 
 
 def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[str, np.ndarray]):

@@ -11,7 +11,8 @@ import pytest
 from edgekit.check import load_config
 from edgekit.errors import BadInput
 from tests import damage
-from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, REPO, convert_sample, run_cli
+from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, KERAS, KERAS_CALIB, KERAS_EVAL, REPO, convert_sample,
+                            run_cli)
 
 pytestmark = pytest.mark.slow
 EXAMPLE = REPO / "edgekit.toml"
@@ -223,3 +224,18 @@ def test_layers_command_ranks_a_damaged_artifact_on_demand(digits_artifacts, tmp
 def test_layers_command_refuses_a_float_artifact(digits_artifacts):
     proc = run_cli("layers", digits_artifacts["onnx fp32"], "--source", DIGITS)
     assert proc.returncode == 2 and "is not an int8 artifact" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_layers_of_a_keras_model_carry_its_layer_names(tmp_path_factory):
+    result = convert_sample(tmp_path_factory, KERAS, KERAS_CALIB, KERAS_EVAL, "int8", targets=("tflite",))
+    (artifact,) = result.artifacts
+    proc = run_cli("layers", artifact.artifact.path, "--source", KERAS, "--eval", KERAS_EVAL, "--json")
+    assert proc.returncode == 0, proc.stderr
+    names = {d["layer"] for d in json.loads(proc.stdout)["layers"]}
+    # the sample's Keras layers (see sample_models/train_digits_keras.py), not TensorFlow op paths
+    assert {"conv1", "conv2", "logits"} <= names and not any("/" in n for n in names), names
+
+
+def test_layers_need_real_inputs(digits_artifacts):
+    proc = run_cli("layers", digits_artifacts["tflite int8"], "--source", DIGITS)
+    assert proc.returncode == 2 and "needs real inputs" in proc.stderr
