@@ -81,13 +81,21 @@ def sqnr_from_sums(signal: float, noise: float) -> float:
 
 
 def rank(traced: list[Traced], sqnr: dict[str, float]) -> list[LayerDrift]:
-    """Every traced op with a known output SQNR, the one that loses the most first."""
+    """Every traced op with a known output SQNR, the one that loses the most first.
+
+    `traced` is in execution order. An op whose output has no SQNR (no float counterpart was
+    found) passes on the worst SQNR of its own inputs, so the op after it is still judged against
+    what actually reached it.
+    """
+    level: dict[str, float] = dict(sqnr)
     out = []
     for t in traced:
-        if t.tensor not in sqnr:
-            continue
-        known = [sqnr[i] for i in t.inputs if i in sqnr]
+        known = [level[i] for i in t.inputs if i in level]
         before = min([*known, INPUT_CAP_DB])
+        if t.tensor not in sqnr:
+            if known:
+                level[t.tensor] = min(known)
+            continue
         out.append(LayerDrift(t.layer, t.op, t.tensor, sqnr[t.tensor], before - sqnr[t.tensor], t.weight_sqnr_db))
     return sorted(out, key=lambda d: -d.loss_db)
 

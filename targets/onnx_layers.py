@@ -75,7 +75,8 @@ def _traced(model, weights: dict[str, float]) -> list[Traced]:
                 weight = weights[b]
             elif name and name not in initializers and not _is_weight(name, produced_by_dq, initializers):
                 acts.append(b)
-        out.append(Traced(_layer(node), node.op_type, base(node.output[0]), tuple(acts), weight))
+        weight_names = [base(n) for n in node.input if _is_weight(n, produced_by_dq, initializers) or n in initializers]
+        out.append(Traced(_layer(node, weight_names), node.op_type, base(node.output[0]), tuple(acts), weight))
     return out
 
 
@@ -84,7 +85,10 @@ def _is_weight(name: str, produced_by_dq: dict, initializers: set) -> bool:
     return produced_by_dq.get(name) in initializers
 
 
-def _layer(node) -> str:
+def _layer(node, weight_names: list[str]) -> str:
+    """The module path the exporter recorded; else the module of the node's weight (features.0.0
+    from features.0.0.weight, for a node the optimizer rebuilt, as when it folds a BatchNorm);
+    else the node's output name."""
     meta = {p.key: p.value for p in node.metadata_props}
     scopes = meta.get("pkg.torch.onnx.name_scopes")
     if scopes:
@@ -94,4 +98,8 @@ def _layer(node) -> str:
             names = []
         if len(names) >= 2 and names[-2]:
             return names[-2]
-    return node.name or node.op_type
+    for w in weight_names:
+        module, _, leaf = w.rpartition(".")
+        if module and leaf in ("weight", "bias"):
+            return module
+    return node.name or node.output[0].removesuffix(Q_INPUT)

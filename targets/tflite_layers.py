@@ -14,7 +14,8 @@ from edgekit.attribution import Traced, module_path_from_location
 from edgekit.signature import Signature
 
 BOUNDARY_OPS = frozenset({"QUANTIZE", "DEQUANTIZE"})
-PARAMETRIZED = (".conv.", ".linear.", "Conv", "Linear", "Dense", "norm.", "Norm", "Embedding")
+# Module classes that name a layer, in order of preference (a conv with its BatchNorm folded in is the conv).
+PARAMETRIZED = ((".conv.", ".linear.", "Conv", "Linear", "Dense", "Embedding"), ("norm.", "Norm"))
 
 
 class _Traced:
@@ -55,9 +56,10 @@ def dequantized(x: np.ndarray, detail: dict) -> np.ndarray:
 def layer_name(names: list[str], fallback: str) -> str:
     """The module path of the parametrized module among `names`' torch.export locations."""
     locations = [part for name in names for part in name.split(";") if "/" in part]
-    for loc in locations:
-        if any(p in loc for p in PARAMETRIZED) and module_path_from_location(loc):
-            return module_path_from_location(loc)
+    for kinds in PARAMETRIZED:
+        for loc in locations:
+            if any(p in loc for p in kinds) and module_path_from_location(loc):
+                return module_path_from_location(loc)
     for loc in locations:
         if module_path_from_location(loc):
             return module_path_from_location(loc)
@@ -89,24 +91,43 @@ def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[s
         for q_index, (key, r_index) in keys.items():
             add(key, ref.value(r_index), qnt.value(q_index))
     sqnr = {k: sqnr_from_sums(*v) for k, v in sums.items()}
-    return [t for t in traced if t.tensor in sqnr], sqnr
+    return traced, sqnr
 
 
-def _align(ref: _Traced, qnt: _Traced) -> dict[int, dict]:
-    """int8 op index → the fp32 op it corresponds to."""
+def _align(ref: _Traced, qnt: _Traced) -> dict[int, tuple[dict, str]]:
+    """int8 op index → (the fp32 op whose output it must match, the int8 ops' label).
+
+    The op-type sequences (QUANTIZE/DEQUANTIZE set aside) are aligned as a diff would. Where the
+    int8 model has extra ops after an aligned one (an activation the fp32 model folds into its
+    conv, say), the fp32 output matches the end of that run, not its first op: the run is one layer
+    ("CONV_2D+ADD"). Likewise where the fp32 model has the extra ops. Ops left over are matched by
+    output tensor name.
+    """
+    from difflib import SequenceMatcher
+
     q_ops = [op for op in qnt.ops if op["op_name"] not in BOUNDARY_OPS]
-    if [op["op_name"] for op in q_ops] == [op["op_name"] for op in ref.ops]:
-        return {q["index"]: r for q, r in zip(q_ops, ref.ops)}
-    by_name = {ref.tensors[op["outputs"][0]]["name"]: op for op in ref.ops}
-    out = {}
+    a, b = [op["op_name"] for op in q_ops], [op["op_name"] for op in ref.ops]
+    pairs: dict[int, int] = {}  # position in q_ops → position in ref.ops
+    runs: dict[int, int] = {}  # position in q_ops → where its run starts
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            pairs.update({i1 + k: j1 + k for k in range(i2 - i1)})
+        elif tag == "delete" and i1 > 0 and i1 - 1 in pairs:  # only int8 has a[i1:i2]: they extend a[i1-1]
+            pairs[i2 - 1] = pairs.pop(i1 - 1)
+            runs[i2 - 1] = runs.pop(i1 - 1, i1 - 1)
+        elif tag == "insert" and i1 > 0 and i1 - 1 in pairs:  # only fp32 has b[j1:j2]: they extend b[j1-1]
+            pairs[i1 - 1] = j2 - 1
+    out = {q_ops[i]["index"]: (ref.ops[j], "+".join(a[runs.get(i, i):i + 1])) for i, j in pairs.items()}
+    taken = {r["index"] for r, _ in out.values()}
+    by_name = {ref.tensors[op["outputs"][0]]["name"]: op for op in ref.ops if op["index"] not in taken}
     for q in q_ops:
         r = by_name.get(qnt.tensors[q["outputs"][0]]["name"])
-        if r is not None and r["op_name"] == q["op_name"]:
-            out[q["index"]] = r
+        if q["index"] not in out and r is not None and r["op_name"] == q["op_name"]:
+            out[q["index"]] = (r, q["op_name"])
     return out
 
 
-def _keys(ref: _Traced, qnt: _Traced, pairs: dict[int, dict], input_names: tuple[str, ...]):
+def _keys(ref: _Traced, qnt: _Traced, pairs: dict[int, tuple[dict, str]], input_names: tuple[str, ...]):
     """Which int8 tensor to compare with which fp32 tensor, under what key; and the traced ops.
 
     The model inputs compare with themselves (key input:N); a QUANTIZE output compares with the
@@ -135,15 +156,18 @@ def _keys(ref: _Traced, qnt: _Traced, pairs: dict[int, dict], input_names: tuple
                 j = int(base.partition(":")[2])
                 traced.append(Traced(f"input {input_names[j] if j < len(input_names) else j}", name, key_of[out], ()))
             continue
-        r = pairs.get(op["index"])
-        if r is None:
+        r, label = pairs.get(op["index"], (None, name))
+        if r is None:  # no fp32 counterpart: traced without an SQNR of its own
+            key_of[out] = f"int8-op{op['index']}"
+            traced.append(Traced(layer_name([qnt.tensors[out]["name"]], f"{name.lower()}_{op['index']}"), name,
+                                 key_of[out], tuple(key_of[i] for i in ins)))
             continue
         key = f"op{r['index']}"
         key_of[out], ref_of[key] = key, r["outputs"][0]
         compare[out] = (key, r["outputs"][0])
         own = [*r["outputs"], *(i for i in r["inputs"] if i >= 0 and i not in ref.activations)]
         names = [ref.tensors[i]["name"] for i in own]
-        traced.append(Traced(layer_name(names, f"{name.lower()}_{r['index']}"), name, key,
+        traced.append(Traced(layer_name(names, f"{name.lower()}_{r['index']}"), label, key,
                              tuple(key_of[i] for i in ins),
                              _weight_sqnr(ref, qnt, r, op)))
     return compare, traced

@@ -90,9 +90,9 @@ def test_int8_io_on_every_target(tmp_path_factory):
             assert x["name"] == "x" and x["dtype"] == "int8" and 0 < x["scale"] < 0.01
 
 
-def test_mobilenet_int8_is_small_really_int8_and_accurate(tmp_path_factory):
+def test_mobilenet_int8_is_small_really_int8_and_accurate(tmp_path_factory, mobilenet_int8):
     fp32 = by_target(convert_sample(tmp_path_factory, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL, targets=COMPACT))
-    int8 = by_target(convert_sample(tmp_path_factory, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL, "int8", COMPACT))
+    int8 = by_target(mobilenet_int8)
     assert set(int8) == set(COMPACT)
     for target, r in int8.items():
         v = r.verdict
