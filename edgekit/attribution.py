@@ -174,9 +174,16 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     if fmt not in ATTRIBUTED_FORMATS:
         raise BadInput(f"per-layer attribution is not available for .{fmt} artifacts",
                        fix=f"attribute the {'.onnx it was made from' if fmt == 'ort' else 'tflite, onnx or pte artifact'}")
-    if fmt == "pte" and method not in ("minmax", "mse"):
-        raise BadInput(f"attributing an ExecuTorch artifact needs the calibration method it was made with, not {method!r}",
-                       fix="set calib_method to minmax or mse (the PT2E observers)")
+    if fmt == "pte":
+        from edgekit.calibration import pt2e
+        from edgekit.report import split_name
+
+        if split_name(Path(artifact_path), fmt)[1] == "int8-dynamic":
+            raise BadInput("per-layer attribution of a .pte rebuilds its static int8 PT2E model; "
+                           f"{Path(artifact_path).name} is int8-dynamic", fix="attribute the static int8 artifact")
+        if method not in pt2e.METHODS:
+            raise BadInput(f"attributing an ExecuTorch artifact needs the calibration method it was made with, "
+                           f"not {method!r}", fix=f"use one of {', '.join(pt2e.METHODS)} (the PT2E observers)")
     if fmt == "pte" and calibration is None:
         raise BadInput("attributing an ExecuTorch artifact needs its calibration data",
                        fix="the .pte runs as one XNNPACK call, so the PT2E model is rebuilt from the source: "

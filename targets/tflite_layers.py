@@ -1,8 +1,9 @@
 """Per-layer drift of an int8 .tflite against the fp32 .tflite made from the same source.
 
-Both models run in the LiteRT interpreter with every intermediate tensor kept. Their ops are
-aligned in execution order once QUANTIZE and DEQUANTIZE are set aside (the int8 model is the fp32
-graph with those added); where the two sequences differ, ops are matched by output tensor name.
+Both models run in the LiteRT interpreter with every intermediate tensor kept. Their op-type
+sequences are aligned as a diff would once QUANTIZE and DEQUANTIZE are set aside (the int8 model is
+mostly the fp32 graph with those added; where one side has extra ops, they join the layer before
+them); ops left over are matched by output tensor name.
 litert-torch names tensors after torch.export locations, which give the source module path.
 """
 
