@@ -16,8 +16,12 @@ The config (TOML) lists models, each with its targets, precisions, data and budg
     cosine = 0.995                   # any verification metric: a minimum or a maximum as edgekit defines
     max_bytes = 60000
 
+Instead of targets and precisions, a model may list `artifacts = ["build/m.int8.tflite", ...]`:
+artifacts built elsewhere, verified as they are (target and precision read from the files).
+
 Each model × target × precision is one case; a case fails when its verification fails or a budget
-is broken. Every problem in the config is a BadInput naming the key.
+is broken. Failing int8 cases carry their layers ranked by the SQNR each loses (edgekit.attribution).
+Every problem in the config is a BadInput naming the key.
 """
 
 from __future__ import annotations
@@ -110,6 +114,8 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
     missing = [a for a in artifacts if not Path(a).exists()]
     if missing:
         raise BadInput(f"{where}.artifacts: not found: {', '.join(missing)}")
+    if not artifacts and not strings("targets", []):
+        raise BadInput(f"{where}.targets is empty", fix="list targets (tflite, executorch, onnx, ort, ptl) or all")
     precisions = strings("precisions", ["fp32"])
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad:

@@ -67,7 +67,8 @@ def test_a_broken_size_budget_exits_1_and_is_named(tmp_path):
     ('[[models]\n', "is not valid TOML"),
     ('[[models]]\npath = "m.pt2"\nartifacts = ["nowhere.tflite"]\n', r"artifacts: not found: .*nowhere.tflite"),
     ('[[models]]\npath = "m.pt2"\nartifacts = []\ntargets = ["onnx"]\n', "either 'artifacts' or 'targets'"),
-], ids=["key", "budget", "precision", "calibration", "path", "number", "models", "toml", "artifact", "both"])
+    ('[[models]]\npath = "m.pt2"\ntargets = []\n', "targets is empty"),
+], ids=["key", "budget", "precision", "calibration", "path", "number", "models", "toml", "artifact", "both", "no-targets"])
 def test_config_errors_name_the_key(tmp_path, body, message):
     config = tmp_path / "edgekit.toml"
     config.write_text(body)
