@@ -18,19 +18,23 @@ pytestmark = pytest.mark.slow
 EXAMPLE = REPO / "edgekit.toml"
 
 
-def digits_onnx_config(tmp_path, budgets: str):
-    """A config checking the digits CNN on onnx at fp32 with the given [models.budgets] lines."""
+def digits_config(tmp_path, lines: str, budgets: str) -> Path:
+    """A config checking the digits CNN (on its eval split) with the given model lines and budgets."""
     config = tmp_path / "edgekit.toml"
     config.write_text(f"""
 [[models]]
 name = "digits"
-path = "{REPO / 'sample_models/digits_cnn.pt2'}"
-eval = "{REPO / 'sample_models/digits_eval.npz'}"
-targets = ["onnx"]
-[models.budgets]
+path = "{DIGITS}"
+eval = "{DIGITS_EVAL}"
+{lines}
 {budgets}
 """)
     return config
+
+
+def digits_onnx_config(tmp_path, budgets: str) -> Path:
+    """The digits CNN on onnx at fp32 with the given [models.budgets] lines."""
+    return digits_config(tmp_path, 'targets = ["onnx"]', "[models.budgets]\n" + budgets)
 
 
 def test_the_example_config_passes_with_junit_and_markdown(tmp_path):
@@ -122,17 +126,8 @@ def digits_artifacts(tmp_path_factory) -> dict[str, Path]:
 
 def given_config(tmp_path, *artifacts: Path) -> Path:
     """A config checking the given artifacts of the digits CNN against the example config's budgets."""
-    config = tmp_path / "given.toml"
     listed = ", ".join(f'"{a}"' for a in artifacts)
-    config.write_text(f"""
-[[models]]
-name = "digits"
-path = "{DIGITS}"
-eval = "{DIGITS_EVAL}"
-calibration = "{DIGITS_CALIB}"
-artifacts = [{listed}]
-{BUDGETS}""")
-    return config
+    return digits_config(tmp_path, f'calibration = "{DIGITS_CALIB}"\nartifacts = [{listed}]', BUDGETS)
 
 
 def check_json(config, tmp_path, *extra) -> tuple[int, dict, str]:
@@ -194,16 +189,8 @@ def test_a_wrong_input_scale_fails_and_attribution_blames_the_input(digits_artif
 
 
 def test_calibrating_on_random_data_breaks_the_sqnr_budget(tmp_path):
-    config = tmp_path / "edgekit.toml"
-    config.write_text(f"""
-[[models]]
-name = "digits"
-path = "{DIGITS}"
-eval = "{DIGITS_EVAL}"
-calibration = "random"
-targets = ["tflite", "onnx"]
-precisions = ["int8"]
-{BUDGETS}""")
+    config = digits_config(tmp_path, 'calibration = "random"\ntargets = ["tflite", "onnx"]\nprecisions = ["int8"]',
+                           BUDGETS)
     code, doc, _ = check_json(config, tmp_path, "--attribution", "none")
     assert code == 1 and doc["failed"] == 2, doc
     for case in doc["cases"]:
