@@ -80,6 +80,23 @@ def sqnr_from_sums(signal: float, noise: float) -> float:
     return float(max(-CEILING_DB, min(CEILING_DB, 10 * math.log10(signal / noise))))
 
 
+class SqnrSums:
+    """SQNR per key over many samples, from running sums (no sample's tensors are kept)."""
+
+    def __init__(self):
+        self._sums: dict[str, list[float]] = {}
+
+    def add(self, key: str, reference, actual) -> None:
+        r = np.asarray(reference, dtype=np.float64)
+        a = np.asarray(actual, dtype=np.float64)
+        s = self._sums.setdefault(key, [0.0, 0.0])
+        s[0] += float(np.sum(r ** 2))
+        s[1] += float(np.sum((r - a) ** 2))
+
+    def result(self) -> dict[str, float]:
+        return {key: sqnr_from_sums(signal, noise) for key, (signal, noise) in self._sums.items()}
+
+
 def rank(traced: list[Traced], sqnr: dict[str, float]) -> list[LayerDrift]:
     """Every traced op with a known output SQNR, the one that loses the most first.
 
@@ -176,9 +193,9 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
                        fix=f"attribute the {'.onnx it was made from' if fmt == 'ort' else 'tflite, onnx or pte artifact'}")
     if fmt == "pte":
         from edgekit.calibration import pt2e
-        from edgekit.report import split_name
+        from edgekit.formats import split_name
 
-        if split_name(Path(artifact_path), fmt)[1] == "int8-dynamic":
+        if split_name(Path(artifact_path))[1] == "int8-dynamic":
             raise BadInput("per-layer attribution of a .pte rebuilds its static int8 PT2E model; "
                            f"{Path(artifact_path).name} is int8-dynamic", fix="attribute the static int8 artifact")
         if method not in pt2e.METHODS:

@@ -18,7 +18,7 @@ import operator
 
 import numpy as np
 
-from edgekit.attribution import Traced, rank, sqnr_db, sqnr_from_sums
+from edgekit.attribution import SqnrSums, Traced, rank, sqnr_db
 
 QDQ_NAMESPACES = frozenset({"quantized_decomposed", "torchao"})
 WEIGHTED = ("conv", "linear")  # ops whose args[1] is the weight
@@ -68,7 +68,7 @@ def compare(float_module, quantized, inputs: dict[str, np.ndarray],
                 weights[key] = (n.args[1], fw)
     q_once = {qw.name for qw, _fw in weights.values()}
 
-    sums: dict[str, list[float]] = {}
+    sums = SqnrSums()
     q_const: dict[str, list[np.ndarray]] = {}
     n_samples = len(inputs[input_names[0]])
     with torch.no_grad():
@@ -85,11 +85,9 @@ def compare(float_module, quantized, inputs: dict[str, np.ndarray],
                 act = [a for m in seen for a in qvals[m.name]]
                 if len(ref) != len(act) or any(r.shape != a.shape for r, a in zip(ref, act)):
                     continue  # not the same tensor after all: leave it out
-                s = sums.setdefault(key, [0.0, 0.0])
                 for r, a in zip(ref, act):
-                    s[0] += float(np.sum(r ** 2))
-                    s[1] += float(np.sum((r - a) ** 2))
-    sqnr = {key: sqnr_from_sums(signal, noise) for key, (signal, noise) in sums.items()}
+                    sums.add(key, r, a)
+    sqnr = sums.result()
 
     traced = []
     for key, n, f, _seen_nodes in pairs:

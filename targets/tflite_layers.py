@@ -70,29 +70,20 @@ def layer_name(names: list[str], fallback: str) -> str:
 
 def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[str, np.ndarray]):
     """(traced ops of the int8 model, {tensor key: SQNR dB}) over the samples in `inputs`."""
-    from edgekit.attribution import sqnr_from_sums
+    from edgekit.attribution import SqnrSums
 
     ref, qnt = _Traced(float_path, signature), _Traced(quant_path, signature)
-    pairs = _align(ref, qnt)
-    n = len(next(iter(inputs.values())))
-    sums: dict[str, list[float]] = {}
-    keys, traced = _keys(ref, qnt, pairs, signature.input_names)
-
-    def add(key, reference, actual):
-        if reference.shape != actual.shape:
-            return
-        s = sums.setdefault(key, [0.0, 0.0])
-        s[0] += float(np.sum(reference ** 2))
-        s[1] += float(np.sum((reference - actual) ** 2))
-
-    for i in range(n):
+    keys, traced = _keys(ref, qnt, _align(ref, qnt), signature.input_names)
+    sums = SqnrSums()
+    for i in range(len(next(iter(inputs.values())))):
         feeds = {k: v[i] for k, v in inputs.items()}
         ref.run(feeds)
         qnt.run(feeds)
         for q_index, (key, r_index) in keys.items():
-            add(key, ref.value(r_index), qnt.value(q_index))
-    sqnr = {k: sqnr_from_sums(*v) for k, v in sums.items()}
-    return traced, sqnr
+            reference, actual = ref.value(r_index), qnt.value(q_index)
+            if reference.shape == actual.shape:
+                sums.add(key, reference, actual)
+    return traced, sums.result()
 
 
 def _align(ref: _Traced, qnt: _Traced) -> dict[int, tuple[dict, str]]:
