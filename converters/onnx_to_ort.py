@@ -37,9 +37,10 @@ from pathlib import Path
 from edgekit import io_params
 from edgekit.artifact import ModelArtifact
 from edgekit.errors import ConversionFailed
+from edgekit.formats import ORT_CONFIG_SUFFIX
 from edgekit.registry import Converter
 
-CONFIG_SUFFIX = ".required_operators.config"
+
 OPTIMIZATION_STYLE = "Fixed"
 TARGET_PLATFORM = "arm"
 LEVEL_ENV = "ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL"  # the tool's only way to set the level
@@ -68,7 +69,7 @@ class OnnxToOrt(Converter):
         model = _tool_input(src, work / "in")
         ort_file, config = _convert(model, work / "out", level)
         os.replace(ort_file, out_path)
-        config_path = out_path.with_name(out_path.stem + CONFIG_SUFFIX)
+        config_path = out_path.with_name(out_path.stem + ORT_CONFIG_SUFFIX)
         _write_config(config, config_path, out_path.name)
         files = [str(out_path), str(config_path)]
         sidecar = io_params.read(src.path)

@@ -173,3 +173,36 @@ def onnx_files(path: Path) -> tuple[str, ...]:
                 if entry.key == "location":
                     sidecars.add(str(path.parent / entry.value))
     return (str(path), *sorted(sidecars))
+
+
+ORT_CONFIG_SUFFIX = ".required_operators.config"  # written beside an .ort: the operators it needs
+NAME_PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")  # as edgekit names files: <stem>.<precision>.<ext>
+
+
+def artifact_files(fmt: str, path: str | Path) -> tuple[str, ...]:
+    """The artifact file and the side files that ship with it, the artifact first."""
+    from edgekit import io_params
+
+    path = Path(path)
+    files = [str(path)]
+    if fmt == "onnx":
+        files += [f for f in onnx_files(path)[1:] if Path(f).is_file()]
+    if fmt == "ort":
+        config = path.with_name(path.stem + ORT_CONFIG_SUFFIX)
+        if config.is_file():
+            files.append(str(config))
+    sidecar = io_params.sidecar(path)
+    if sidecar.is_file():
+        files.append(str(sidecar))
+    return tuple(dict.fromkeys(files))
+
+
+def split_name(path: Path) -> tuple[str, str | None]:
+    """(stem, precision from the name or None): digits_cnn.int8.tflite → ("digits_cnn", "int8")."""
+    name = path.name
+    ext = path.suffix
+    base = name[: -len(ext)] if ext else name
+    for prec in sorted(NAME_PRECISIONS, key=len, reverse=True):
+        if base.endswith("." + prec):
+            return base[: -len(prec) - 1], prec
+    return base, None

@@ -204,10 +204,10 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
     An artifact's precision comes from its name (model.int8.tflite) or else from its weights; its
     thresholds are edgekit's for that precision updated with `thresholds_for(precision)`.
     """
-    from edgekit.formats import detect
-    from edgekit.report import artifact_files, precision_from_inspection, split_name
+    from edgekit.formats import artifact_files, detect, split_name
     from edgekit.runners import run_isolated
     from edgekit.targets import TARGETS, by_format
+    from edgekit.targets.inspection import precision_from_inspection
 
     say = progress or (lambda _msg: None)
     formats = {}
@@ -227,7 +227,7 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
                                  meta={"route": ["given"], "seconds": 0.0})
         say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
         outputs, inspection = run_isolated(artifact, samples.inputs, inspect=True)
-        named = split_name(Path(p), fmt)[1]
+        named = split_name(Path(p))[1]
         precision = named or precision_from_inspection(inspection["weight_bytes_by_dtype"],
                                                        inspection["int8_weight_share"])
         thresholds = {**THRESHOLDS.get(precision, {}), **(thresholds_for(precision) if thresholds_for else {})}

@@ -26,22 +26,20 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit import io_params
-from edgekit.converters.onnx_to_ort import CONFIG_SUFFIX
 from edgekit.errors import BadInput
+from edgekit.formats import NAME_PRECISIONS, artifact_files, split_name
+from edgekit.targets import TARGETS
+from edgekit.targets.inspection import precision_from_inspection
 
 SCHEMA = "edgekit.report/1"
-ARTIFACT_FORMATS = {"tflite": ".tflite", "pte": ".pte", "ptl": ".ptl", "onnx": ".onnx", "ort": ".ort"}
+ARTIFACT_FORMATS = {t.format: t.extension for t in TARGETS.values()}  # in the targets' order
 SCAN_EXTENSIONS = frozenset(ARTIFACT_FORMATS.values())
-NAME_PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")  # as edgekit names files: <stem>.<precision>.<ext>
 BYTES_PER_PARAM = {"fp32": 4, "fp16": 2, "int8": 1, "int8-dynamic": 1}
 DTYPE_BYTES = {
     "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
     "int64": 8, "uint64": 8, "int32": 4, "uint32": 4, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1,
     "bool": 1, "int4": 0.5, "uint4": 0.5, "complex64": 8, "complex128": 16,
 }
-IO_SUFFIX = io_params.SUFFIX
-ORT_CONFIG_SUFFIX = CONFIG_SUFFIX  # written beside an .ort by the onnx → ort converter
 TOP_OPS = 6  # op types shown in the compact (table, Markdown) views
 
 
@@ -164,39 +162,6 @@ def _order(a: "ArtifactSize") -> tuple:
     return (str(Path(a.path).parent), a.stem, list(ARTIFACT_FORMATS).index(a.format), rank.get(a.precision, 9), a.path)
 
 
-def artifact_files(fmt: str, path: str | Path) -> tuple[str, ...]:
-    """The artifact file and the side files that ship with it, the artifact first."""
-    path = Path(path)
-    files = [str(path)]
-    if fmt == "onnx":
-        files += _onnx_external(path)
-    if fmt == "ort":
-        config = path.with_name(path.stem + ORT_CONFIG_SUFFIX)
-        if config.is_file():
-            files.append(str(config))
-    sidecar = Path(str(path) + IO_SUFFIX)
-    if sidecar.is_file():
-        files.append(str(sidecar))
-    return tuple(dict.fromkeys(files))
-
-
-def _onnx_external(path: Path) -> list[str]:
-    from edgekit.formats import onnx_files
-
-    return [f for f in onnx_files(path)[1:] if Path(f).is_file()]
-
-
-def split_name(path: Path, fmt: str) -> tuple[str, str | None]:
-    """(stem, precision from the name or None): digits_cnn.int8.tflite → ("digits_cnn", "int8")."""
-    name = path.name
-    ext = path.suffix
-    base = name[: -len(ext)] if ext else name
-    for prec in sorted(NAME_PRECISIONS, key=len, reverse=True):
-        if base.endswith("." + prec):
-            return base[: -len(prec) - 1], prec
-    return base, None
-
-
 def parameter_count(weight_bytes_by_dtype: dict[str, int]) -> int:
     total = 0.0
     for dtype, n in weight_bytes_by_dtype.items():
@@ -212,22 +177,12 @@ def _dtype_size(dtype: str) -> float:
     return max(int(bits.group(1)) / 8, 0.125) if bits else 1
 
 
-def precision_from_inspection(weight_bytes_by_dtype: dict[str, int], int8_weight_share: float) -> str:
-    total = sum(weight_bytes_by_dtype.values())
-    if int8_weight_share >= 0.5:
-        return "int8"
-    half = sum(n for d, n in weight_bytes_by_dtype.items() if d.lower() in ("float16", "half", "bfloat16"))
-    if total and half / total >= 0.5:
-        return "fp16"
-    return "fp32"
-
-
 def _measure(path: Path, fmt: str) -> ArtifactSize:
     from edgekit.targets.inspection import inspect_artifact
 
     ins = inspect_artifact(fmt, str(path))
     files = tuple((f, Path(f).stat().st_size) for f in artifact_files(fmt, path))
-    stem, named = split_name(path, fmt)
+    stem, named = split_name(path)
     inspected = precision_from_inspection(ins.weight_bytes_by_dtype, ins.int8_weight_share)
     notes = []
     if named is not None:

@@ -126,3 +126,14 @@ def inspect_artifact(fmt: str, path: str) -> Inspection:
     else:
         raise BadInput(f"cannot inspect format {fmt!r}", fix="use tflite, onnx, pte, ort or ptl")
     return inspect(path)
+
+
+def precision_from_inspection(weight_bytes_by_dtype: dict[str, int], int8_weight_share: float) -> str:
+    """The precision an artifact's weights show: int8, fp16 or fp32 (int8-dynamic looks int8)."""
+    total = sum(weight_bytes_by_dtype.values())
+    if int8_weight_share >= 0.5:
+        return "int8"
+    half = sum(n for d, n in weight_bytes_by_dtype.items() if d.lower() in ("float16", "half", "bfloat16"))
+    if total and half / total >= 0.5:
+        return "fp16"
+    return "fp32"
