@@ -30,7 +30,8 @@ def _observer(method: str):
 
 
 def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic: bool):
-    """Set `quantizer`'s global config: symmetric per-channel int8 with the method's observer."""
+    """Set the backend `quantizer`'s global config: symmetric per-channel int8 with the method's
+    observer. Quantize with `edgekit_quantizer(quantizer, ...)`, which adds edgekit's patterns."""
     config = get_config(is_per_channel=True, is_dynamic=dynamic)
     if not dynamic:
         # The config classes are frozen dataclasses: replace the activation observer.
@@ -38,6 +39,13 @@ def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic
                                   observer_or_fake_quant_ctr=_observer(method).with_args(eps=2 ** -12))
         config = dataclasses.replace(config, input_activation=act, output_activation=act)
     return quantizer.set_global(config)
+
+
+def edgekit_quantizer(backend, *, matmul_int8: bool):
+    """The configured backend quantizer with edgekit's annotations (see edgekit.calibration.pt2e_quantizer)."""
+    from edgekit.calibration.pt2e_quantizer import make
+
+    return make(backend, matmul_int8=matmul_int8)
 
 
 def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, example_args: tuple,

@@ -40,7 +40,9 @@ class TorchToTflite(Converter):
             quantizer = pt2e.configure(PT2EQuantizer(), get_symmetric_quantization_config,
                                        method=ctx.method, dynamic=dynamic)
             # fold_quantize=False: litert lowers the weights' quantize/dequantize pairs itself.
-            quantized = pt2e.quantize(module, quantizer, None if dynamic else ctx.calibration,
+            # TFLite runs BATCH_MATMUL in int8, so attention matmuls are quantized too.
+            quantized = pt2e.quantize(module, pt2e.edgekit_quantizer(quantizer, matmul_int8=True),
+                                      None if dynamic else ctx.calibration,
                                       src.signature.input_names, example_args=args, fold_quantize=False)
             model = litert_torch.convert(quantized, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
             if dynamic or ctx.int8_io:

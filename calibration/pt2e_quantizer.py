@@ -1,0 +1,307 @@
+"""edgekit's PT2E quantizer: a backend's own quantizer, with the patterns real models have.
+
+litert-torch's `PT2EQuantizer` and ExecuTorch's `XNNPACKQuantizer` annotate the patterns of small
+convolutional nets well and miss ones that real pretrained models are made of. `EdgeQuantizer`
+wraps the backend's quantizer (it does not copy it): it rewrites the graph a little before the
+backend sees it, annotates a few patterns first (the backend's annotators skip nodes that are
+already annotated), lets the backend annotate the rest, then removes annotations that would
+quantize something that must stay exact. What it adds, and why:
+
+- **A clamp after a conv, linear or add** (ReLU6, hardtanh, `clamp(min, max)`) is annotated as
+  one fused unit, with the observer on the clamp's output. The backends give the clamp the
+  producer's pre-clamp range (a 0..6 activation quantized over −179..93 keeps a handful of
+  levels). Both backends fuse the clamp into the producer when they lower it (XNNPACK's output
+  min/max, TFLite's fused RELU6). `clamp` with scalar bounds is rewritten to the equivalent
+  `hardtanh`, the form both lowerings fuse.
+- **Embedding tables** get int8 weights, per row (weight-only: the lookup returns float). In a
+  transformer the token table is often the largest weight.
+- **Activation × activation matmul** (attention scores and context) is annotated where the
+  backend runs it in int8 (`matmul_int8=True`: TFLite's BATCH_MATMUL; XNNPACK's bmm is float
+  only, so there it stays float).
+- **Integers stay integers.** Integer scalar no-ops (`add(arange, 0)` for position ids) are
+  removed, and any other integer add/mul with a scalar is kept away from the backends'
+  scalar-to-tensor step, which would turn an index into a float (ExecuTorch then fails with
+  "tensors used as indices must be long").
+- **Nothing computed from integer inputs only is quantized** (attention masks, position ids,
+  anything feeding an index): an additive attention mask spans −3.4e38..0, and an add that
+  carries it cannot be quantized without destroying the scores it is added to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_CLAMPS = ("hardtanh.default", "hardtanh_.default")
+_CLAMP_PRODUCERS = ("conv1d.default", "conv2d.default", "convolution.default", "linear.default", "add.Tensor")
+_MATMULS = ("matmul.default", "bmm.default")
+# Ops that combine a mask-like tensor with an activation: when one input is integer-derived, the
+# output carries its range (or its meaning) and stays float.
+_COMBINERS = ("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "where.self", "masked_fill.Scalar",
+              "masked_fill.Tensor", "maximum.default", "minimum.default")
+_INDEX_USERS = {"embedding.default": (1,), "index_select.default": (2,), "gather.default": (2,)}
+
+
+def _name(node) -> str:
+    """'add.Tensor' for torch.ops.aten.add.Tensor; '' for anything that is not an aten op."""
+    target = getattr(node, "target", None)
+    name = getattr(target, "_name", None) if node.op == "call_function" else None
+    if not isinstance(name, str) or not name.startswith("aten::"):
+        return ""
+    op, _, overload = name[len("aten::"):].partition(".")
+    return f"{op}.{overload or 'default'}"
+
+
+def _dtype(node):
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    return getattr(val, "dtype", None)
+
+
+def _is_float(node) -> bool:
+    dtype = _dtype(node)
+    return dtype is not None and dtype.is_floating_point
+
+
+class EdgeQuantizer:
+    """A PT2E quantizer made of a configured backend quantizer and edgekit's additions.
+
+    `backend` is a litert-torch `PT2EQuantizer` or an ExecuTorch `XNNPACKQuantizer` whose global
+    config is set; `matmul_int8` says whether the backend runs activation × activation matmuls in
+    int8. Built by `make()`, which subclasses torchao's `Quantizer` on demand (no torch import
+    here).
+    """
+
+    def __init__(self, backend: Any, *, matmul_int8: bool):
+        self.backend = backend
+        self.config = backend.global_config
+        self.matmul_int8 = matmul_int8
+
+    def transform_for_annotation(self, model):
+        _clamps_to_hardtanh(model)
+        _keep_integer_scalars(model)
+        return self.backend.transform_for_annotation(model)
+
+    def annotate(self, model):
+        dynamic = self.config.input_activation is not None and self.config.input_activation.is_dynamic
+        _annotate_embeddings(model, self.config)
+        if not dynamic:
+            _annotate_fused_clamps(model, self.config)
+            if self.matmul_int8:
+                _annotate_matmuls(model, self.config)
+        self.backend.annotate(model)
+        _unquantize_integer_derived(model)
+        return model
+
+    def validate(self, model) -> None:
+        self.backend.validate(model)
+
+
+def make(backend: Any, *, matmul_int8: bool):
+    """An `EdgeQuantizer` that is also a torchao `Quantizer` (what prepare_pt2e takes)."""
+    from torchao.quantization.pt2e.quantizer import Quantizer
+
+    class _Quantizer(EdgeQuantizer, Quantizer):
+        def __init__(self):
+            Quantizer.__init__(self)
+            EdgeQuantizer.__init__(self, backend, matmul_int8=matmul_int8)
+
+    return _Quantizer()
+
+
+# --- graph rewrites (before annotation) ---------------------------------------------------------
+
+def _clamps_to_hardtanh(model) -> None:
+    """clamp(x, lo, hi) with two scalar bounds is hardtanh(x, lo, hi): the form that fuses."""
+    import torch
+
+    changed = False
+    for node in model.graph.nodes:
+        if _name(node) == "clamp.default" and len(node.args) == 3 and _is_float(node.args[0]):
+            lo, hi = node.args[1], node.args[2]
+            if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+                node.target = torch.ops.aten.hardtanh.default
+                node.args = (node.args[0], float(lo), float(hi))
+                changed = True
+    if changed:
+        model.recompile()
+
+
+def _keep_integer_scalars(model) -> None:
+    """Remove integer `x + 0` / `x * 1`; route other integer add/mul with a scalar to the .Scalar
+    overloads, which the backends' scalar-to-tensor step leaves alone."""
+    import torch
+
+    scalar_overload = {"add.Tensor": torch.ops.aten.add.Scalar, "mul.Tensor": torch.ops.aten.mul.Scalar}
+    noop = {"add.Tensor": 0, "mul.Tensor": 1}
+    changed = False
+    for node in list(model.graph.nodes):
+        name = _name(node)
+        if name not in scalar_overload or node.kwargs.get("alpha", 1) != 1:
+            continue
+        tensors = [a for a in node.args if isinstance(a, torch.fx.Node)]
+        scalars = [a for a in node.args if isinstance(a, (int, float, bool))]
+        if len(tensors) != 1 or len(scalars) != 1 or _is_float(tensors[0]) or _dtype(tensors[0]) is None:
+            continue
+        if scalars[0] == noop[name] and _dtype(tensors[0]) == _dtype(node):
+            node.replace_all_uses_with(tensors[0])
+            model.graph.erase_node(node)
+        else:
+            node.target = scalar_overload[name]
+            node.args = (tensors[0], scalars[0])
+        changed = True
+    if changed:
+        model.graph.eliminate_dead_code()
+        model.recompile()
+
+
+# --- annotations --------------------------------------------------------------------------------
+
+def _annotation(node):
+    from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
+
+    return node.meta.get(Q_ANNOTATION_KEY)
+
+
+def _annotated(nodes) -> bool:
+    return any(a is not None and a._annotated for a in map(_annotation, nodes))
+
+
+def _set(node, input_qspec_map: dict, output_qspec=None) -> None:
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
+    from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
+
+    node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=input_qspec_map,
+                                                         output_qspec=output_qspec, _annotated=True)
+
+
+def _weight_spec(config):
+    """The config's weight spec, per output channel (axis 0) for tables as for linear weights."""
+    return config.weight
+
+
+def _annotate_embeddings(model, config) -> None:
+    """Embedding tables: int8 weights (per row); the indices and the float result untouched."""
+    spec = _weight_spec(config)
+    if spec is None:
+        return
+    for node in model.graph.nodes:
+        if _name(node) == "embedding.default" and not _annotated([node]):
+            _set(node, {node.args[0]: spec})
+
+
+def _annotate_fused_clamps(model, config) -> None:
+    """conv/linear/add → hardtanh as one unit: inputs on the producer, output on the clamp."""
+    act, weight, bias = config.input_activation, config.weight, config.bias
+    for clamp in model.graph.nodes:
+        if _name(clamp) not in _CLAMPS:
+            continue
+        producer = clamp.args[0]
+        if not hasattr(producer, "op") or _name(producer) not in _CLAMP_PRODUCERS or len(producer.users) != 1:
+            continue
+        inputs = {}
+        if _name(producer) == "add.Tensor":
+            operands = [a for a in producer.args[:2] if hasattr(a, "op")]
+            if len(operands) != 2 or not all(_is_float(a) for a in operands):
+                continue
+            inputs = {a: act for a in operands}
+            partition = [producer, clamp]
+        else:
+            inputs[producer.args[0]] = act
+            inputs[producer.args[1]] = weight
+            partition = [producer, clamp, producer.args[1]]
+            if len(producer.args) > 2 and hasattr(producer.args[2], "op"):
+                inputs[producer.args[2]] = bias
+                partition.append(producer.args[2])
+        if _annotated(partition):
+            continue
+        _set(producer, {k: v for k, v in inputs.items() if v is not None})
+        _set(clamp, {}, config.output_activation)
+        for n in partition[2:]:
+            _set(n, {})
+
+
+def _annotate_matmuls(model, config) -> None:
+    """Activation × activation matmul (attention): both operands and the result int8."""
+    act = config.input_activation
+    for node in model.graph.nodes:
+        if _name(node) in _MATMULS and not _annotated([node]):
+            operands = [a for a in node.args[:2] if hasattr(a, "op")]
+            if len(operands) == 2 and all(_is_float(a) for a in operands):
+                _set(node, {a: act for a in operands}, config.output_activation)
+
+
+def _integer_derived(model) -> set:
+    """Nodes whose value is computed from integer inputs and constants only (masks, positions)."""
+    derived = set()
+    for node in model.graph.nodes:
+        if node.op == "placeholder":
+            dtype = _dtype(node)
+            if dtype is not None and not dtype.is_floating_point:
+                derived.add(node)
+        elif node.op == "call_function":
+            inputs = [i for i in node.all_input_nodes if not _is_scalar_constant(i)]
+            if inputs and all(i in derived for i in inputs):
+                derived.add(node)
+            elif not inputs and not _is_float(node):
+                derived.add(node)  # arange, zeros of an integer type
+    return derived
+
+
+def _is_scalar_constant(node) -> bool:
+    """A one-element constant (what the backends make of a Python scalar operand)."""
+    val = node.meta.get("val")
+    return node.op == "get_attr" and val is not None and val.numel() <= 1
+
+
+def _unquantize_integer_derived(model) -> None:
+    """Strip quantization from integer tensors, from everything computed from integer inputs
+    only, from what feeds an index, and from the output of ops that combine such a tensor with an
+    activation."""
+    derived = _integer_derived(model)
+    feeds_index = set()
+    for node in model.graph.nodes:
+        for i in _INDEX_USERS.get(_name(node), ()):
+            if i < len(node.args) and hasattr(node.args[i], "op"):
+                feeds_index.add(node.args[i])
+    keep_exact = derived | feeds_index
+    for node in model.graph.nodes:
+        annotation = _annotation(node)
+        if annotation is None:
+            continue
+        if node in keep_exact or not _is_float(node):
+            annotation.output_qspec = None
+        for i in list(annotation.input_qspec_map):
+            if i in keep_exact or not _is_float(i):
+                del annotation.input_qspec_map[i]
+                if _name(node) in _COMBINERS:
+                    annotation.output_qspec = None
+    _drop_dangling_shares(model)
+
+
+def _drop_dangling_shares(model) -> None:
+    """A spec shared with an edge or node that is no longer quantized is dropped too."""
+    from torchao.quantization.pt2e.quantizer import SharedQuantizationSpec
+
+    def alive(spec) -> bool:
+        if not isinstance(spec, SharedQuantizationSpec):
+            return True
+        edge_or_node = spec.edge_or_node
+        if isinstance(edge_or_node, tuple):
+            producer, consumer = edge_or_node
+            a = _annotation(consumer)
+            return a is not None and producer in a.input_qspec_map and alive(a.input_qspec_map[producer])
+        a = _annotation(edge_or_node)
+        return a is not None and a.output_qspec is not None and alive(a.output_qspec)
+
+    changed = True
+    while changed:
+        changed = False
+        for node in model.graph.nodes:
+            annotation = _annotation(node)
+            if annotation is None:
+                continue
+            if annotation.output_qspec is not None and not alive(annotation.output_qspec):
+                annotation.output_qspec, changed = None, True
+            for i, spec in list(annotation.input_qspec_map.items()):
+                if not alive(spec):
+                    del annotation.input_qspec_map[i]
+                    changed = True
