@@ -41,11 +41,12 @@ def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic
     return quantizer.set_global(config)
 
 
-def edgekit_quantizer(backend, *, matmul_int8: bool):
-    """The configured backend quantizer with edgekit's annotations (see edgekit.calibration.pt2e_quantizer)."""
+def edgekit_quantizer(backend, get_config: Callable[..., Any], *, matmul_int8: bool):
+    """The configured backend quantizer with edgekit's annotations (see
+    edgekit.calibration.pt2e_quantizer); `get_config` gives it the backend's dynamic config."""
     from edgekit.calibration.pt2e_quantizer import make
 
-    return make(backend, matmul_int8=matmul_int8)
+    return make(backend, get_config(is_per_channel=True, is_dynamic=True), matmul_int8=matmul_int8)
 
 
 def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, example_args: tuple,

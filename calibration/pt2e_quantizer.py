@@ -38,6 +38,8 @@ _MATMULS = ("matmul.default", "bmm.default")
 # output carries its range (or its meaning) and stays float.
 _COMBINERS = ("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "where.self", "masked_fill.Scalar",
               "masked_fill.Tensor", "maximum.default", "minimum.default")
+_NORMS = ("layer_norm.default", "native_layer_norm.default", "rms_norm.default", "group_norm.default")
+_PASS_THROUGH = ("dropout.default", "view.default", "reshape.default", "clone.default", "contiguous.default")
 _INDEX_USERS = {"embedding.default": (1,), "index_select.default": (2,), "gather.default": (2,)}
 
 
@@ -70,14 +72,19 @@ class EdgeQuantizer:
     here).
     """
 
-    def __init__(self, backend: Any, *, matmul_int8: bool):
+    def __init__(self, backend: Any, dynamic_config: Any, *, matmul_int8: bool):
+        # matmul_int8 also marks the TFLite flavour, whose FULLY_CONNECTED takes any rank; XNNPACK
+        # cannot build a static-int8 linear on a 3-D input, so there linears are made 2-D.
         self.backend = backend
         self.config = backend.global_config
+        self.dynamic_config = dynamic_config
         self.matmul_int8 = matmul_int8
 
     def transform_for_annotation(self, model):
         _clamps_to_hardtanh(model)
         _keep_integer_scalars(model)
+        if not self.matmul_int8:
+            _linears_2d(model)
         return self.backend.transform_for_annotation(model)
 
     def annotate(self, model):
@@ -89,20 +96,22 @@ class EdgeQuantizer:
                 _annotate_matmuls(model, self.config)
         self.backend.annotate(model)
         _unquantize_integer_derived(model)
+        if not dynamic:
+            _float_residual_stream(model, self.dynamic_config.input_activation)
         return model
 
     def validate(self, model) -> None:
         self.backend.validate(model)
 
 
-def make(backend: Any, *, matmul_int8: bool):
+def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool):
     """An `EdgeQuantizer` that is also a torchao `Quantizer` (what prepare_pt2e takes)."""
     from torchao.quantization.pt2e.quantizer import Quantizer
 
     class _Quantizer(EdgeQuantizer, Quantizer):
         def __init__(self):
             Quantizer.__init__(self)
-            EdgeQuantizer.__init__(self, backend, matmul_int8=matmul_int8)
+            EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8)
 
     return _Quantizer()
 
@@ -150,6 +159,35 @@ def _keep_integer_scalars(model) -> None:
         changed = True
     if changed:
         model.graph.eliminate_dead_code()
+        model.recompile()
+
+
+def _linears_2d(model) -> None:
+    """linear(x) on an N-D x (a transformer's [batch, tokens, features]) becomes
+    reshape → 2-D linear → reshape, the form XNNPACK's static int8 linear takes."""
+    import torch
+
+    view = torch.ops.aten.view.default
+    changed = False
+    for node in list(model.graph.nodes):
+        val = node.meta.get("val")
+        if _name(node) != "linear.default" or val is None or node.args[0].meta.get("val") is None:
+            continue
+        x = node.args[0]
+        shape = list(x.meta["val"].shape)
+        if len(shape) <= 2:
+            continue
+        with model.graph.inserting_before(node):
+            flat = model.graph.call_function(view, (x, [-1, shape[-1]]))
+            flat.meta = {**node.meta, "val": x.meta["val"].reshape(-1, shape[-1])}
+            linear = model.graph.call_function(node.target, (flat, *node.args[1:]), dict(node.kwargs))
+            linear.meta = {**node.meta, "val": val.reshape(-1, val.shape[-1])}
+            back = model.graph.call_function(view, (linear, list(val.shape)))
+            back.meta = dict(node.meta)
+        node.replace_all_uses_with(back)
+        model.graph.erase_node(node)
+        changed = True
+    if changed:
         model.recompile()
 
 
@@ -230,26 +268,25 @@ def _annotate_matmuls(model, config) -> None:
 
 
 def _integer_derived(model) -> set:
-    """Nodes whose value is computed from integer inputs and constants only (masks, positions)."""
-    derived = set()
+    """Nodes whose value is computed from integer inputs and in-graph constants only (attention
+    masks, position ids), and integer constants (arange)."""
+    derived, constant = set(), set()
     for node in model.graph.nodes:
         if node.op == "placeholder":
             dtype = _dtype(node)
             if dtype is not None and not dtype.is_floating_point:
                 derived.add(node)
+        elif node.op == "get_attr":
+            val = node.meta.get("val")
+            if val is not None and val.numel() <= 1:
+                constant.add(node)  # what the backends make of a Python scalar operand
         elif node.op == "call_function":
-            inputs = [i for i in node.all_input_nodes if not _is_scalar_constant(i)]
-            if inputs and all(i in derived for i in inputs):
+            inputs = node.all_input_nodes
+            if all(i in constant for i in inputs):
+                constant.add(node)  # zeros, full, arange, and arithmetic on them
+            elif all(i in constant or i in derived for i in inputs):
                 derived.add(node)
-            elif not inputs and not _is_float(node):
-                derived.add(node)  # arange, zeros of an integer type
-    return derived
-
-
-def _is_scalar_constant(node) -> bool:
-    """A one-element constant (what the backends make of a Python scalar operand)."""
-    val = node.meta.get("val")
-    return node.op == "get_attr" and val is not None and val.numel() <= 1
+    return derived | {c for c in constant if c.op == "call_function" and not _is_float(c)}
 
 
 def _unquantize_integer_derived(model) -> None:
@@ -275,6 +312,37 @@ def _unquantize_integer_derived(model) -> None:
                 if _name(node) in _COMBINERS:
                     annotation.output_qspec = None
     _drop_dangling_shares(model)
+
+
+def _float_residual_stream(model, dynamic_act) -> None:
+    """Adds that feed a normalization (a transformer's residual stream) stay float, and so do the
+    outputs that flow into them unchanged: that stream carries a few outlier channels that one
+    per-tensor int8 scale cannot hold beside the rest (BERT's feed-forward outputs reach tens
+    where most channels stay near one). A linear that writes into it keeps int8 weights and takes
+    its input quantized at run time (`dynamic_act`), since both backends lower an int8 linear with
+    a float output only in that form."""
+    for add in model.graph.nodes:
+        if _name(add) != "add.Tensor" or not any(_name(u) in _NORMS for u in add.users):
+            continue
+        _strip(add)
+        for operand in add.args[:2]:
+            node = operand
+            while hasattr(node, "op") and _name(node) in _PASS_THROUGH and len(node.users) == 1:
+                _strip(node)
+                node = node.args[0]
+            annotation = _annotation(node) if hasattr(node, "op") and len(node.users) == 1 else None
+            if annotation is not None:
+                annotation.output_qspec = None
+                if _name(node) == "linear.default" and node.args[0] in annotation.input_qspec_map:
+                    annotation.input_qspec_map[node.args[0]] = dynamic_act
+    _drop_dangling_shares(model)
+
+
+def _strip(node) -> None:
+    annotation = _annotation(node)
+    if annotation is not None:
+        annotation.output_qspec = None
+        annotation.input_qspec_map = {}
 
 
 def _drop_dangling_shares(model) -> None:

@@ -49,7 +49,7 @@ class TorchToPte(Converter):
             if ctx.int8_io and not dynamic:
                 files.append(str(_integer_io(program, src, out_path)))
         lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
-        out_path.write_bytes(lowered.to_executorch().buffer)
+        out_path.write_bytes(lowered.to_executorch(_backend_config(precision)).buffer)
         return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files))
 
 
@@ -65,9 +65,23 @@ def quantize_int8(source, calibration, method: str, input_names, *, dynamic: boo
     quantizer = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config, method=method, dynamic=dynamic)
     args = source.example_args() if example_args is None else example_args
     # XNNPACK's bmm is float only: attention matmuls stay float.
-    quantizer = pt2e.edgekit_quantizer(quantizer, matmul_int8=False)
+    quantizer = pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config, matmul_int8=False)
     return pt2e.quantize(source.exported().module(), quantizer, calibration, input_names, example_args=args,
                          fold_quantize=True)
+
+
+def _backend_config(precision: str):
+    """What runs outside XNNPACK at int8 (an int8 embedding table) becomes ExecuTorch's quantized
+    kernels: dequantize → embedding fuses into one int8 lookup (QuantFusionPass); the import
+    registers the kernels' out variants."""
+    from executorch.exir import ExecutorchBackendConfig
+
+    if precision not in ("int8", "int8-dynamic"):
+        return ExecutorchBackendConfig()
+    import executorch.kernels.quantized  # noqa: F401
+    from executorch.exir.passes import QuantFusionPass
+
+    return ExecutorchBackendConfig(passes=[QuantFusionPass()])
 
 
 def _fp16_wrapper():

@@ -18,7 +18,7 @@ class TorchToTflite(Converter):
     int8_io = True
     extra = "tflite"
     cost = 1.0
-    tools = ("torch", "litert_torch", "ai_edge_litert", "torchao")
+    tools = ("torch", "litert_torch", "ai_edge_litert", "torchao", "ai_edge_quantizer")
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
         import litert_torch
@@ -41,17 +41,32 @@ class TorchToTflite(Converter):
                                        method=ctx.method, dynamic=dynamic)
             # fold_quantize=False: litert lowers the weights' quantize/dequantize pairs itself.
             # TFLite runs BATCH_MATMUL in int8, so attention matmuls are quantized too.
-            quantized = pt2e.quantize(module, pt2e.edgekit_quantizer(quantizer, matmul_int8=True),
+            quantized = pt2e.quantize(module, pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config,
+                                                                 matmul_int8=True),
                                       None if dynamic else ctx.calibration,
                                       src.signature.input_names, example_args=args, fold_quantize=False)
             model = litert_torch.convert(quantized, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
-            if dynamic or ctx.int8_io:
-                model.export(str(out_path))  # static int8 comes out with integer I/O
-            else:
+            raw = ctx.work_dir / f"{out_path.stem}.pt2e.tflite"
+            model.export(str(raw))
+            if not dynamic and not ctx.int8_io:
                 from edgekit.calibration.tflite_io import float_io
 
-                raw = ctx.work_dir / f"{out_path.stem}.int8-io.tflite"
-                model.export(str(raw))
-                float_io(raw, out_path)
-                raw.unlink()
+                float_io(raw, raw)  # static int8 comes out with integer I/O
+            _int8_float_leftovers(raw, out_path)
+            raw.unlink()
         return ModelArtifact("tflite", str(out_path), src.signature, precision)
+
+
+def _int8_float_leftovers(path: Path, out_path: Path) -> None:
+    """Give the weights that litert left float int8 storage, with ai-edge-quantizer: a
+    FULLY_CONNECTED with a float output (edgekit keeps a transformer's residual stream float)
+    becomes a hybrid int8-weight kernel, and an EMBEDDING_LOOKUP table int8 per row, read
+    as float. Ops that are already int8 are left as they are."""
+    from ai_edge_quantizer import qtyping
+    from ai_edge_quantizer import quantizer as aeq
+
+    ops = qtyping.TFLOperationName
+    quantizer = aeq.Quantizer(str(path))
+    quantizer.add_dynamic_config(".*", ops.FULLY_CONNECTED, 8)
+    quantizer.add_weight_only_config(".*", ops.EMBEDDING_LOOKUP, 8)
+    quantizer.quantize().export_model(str(out_path), overwrite=True)

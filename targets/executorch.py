@@ -10,6 +10,7 @@ from edgekit.signature import Signature
 
 class PteRunner:
     def __init__(self, path: str, signature: Signature):
+        import executorch.kernels.quantized  # noqa: F401  (int8 lookups outside XNNPACK run in these kernels)
         from executorch.runtime import Runtime
 
         self.program = Runtime.get().load_program(path)
