@@ -7,10 +7,12 @@ entropy → Entropy (histogram of 2048 bins). onnxruntime has no MSE calibrator,
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from edgekit import io_params
 from edgekit.artifact import ModelArtifact
+from edgekit.formats import onnx_files
 from edgekit.registry import Converter
 
 ENTROPY_BINS = 2048  # quantize_static's default (128) leaves entropy a single candidate: MinMax
@@ -39,10 +41,10 @@ class OnnxQuantize(Converter):
             onnx.save(model, str(out_path))
             return ModelArtifact("onnx", str(out_path), src.signature, precision)
 
-        from onnxruntime.quantization import QuantType, quant_pre_process, quantize_dynamic
+        from onnxruntime.quantization import QuantType, quantize_dynamic
 
         prepared = ctx.work_dir / f"{out_path.stem}.pre.onnx"
-        quant_pre_process(src.path, str(prepared))
+        _pre_process(_fixed_shapes(Path(src.path), src, ctx.work_dir), prepared, ctx.work_dir)
         if precision == "int8-dynamic":
             quantize_dynamic(str(prepared), str(out_path), per_channel=True, weight_type=QuantType.QInt8)
         else:
@@ -55,23 +57,200 @@ class OnnxQuantize(Converter):
     def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx) -> None:
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
+        from onnxruntime.quantization import create_calibrator, save_tensors_data
+
         method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
                   "entropy": CalibrationMethod.Entropy}[ctx.method]
         reader = _Reader(ctx.calibration, _graph_inputs(prepared, src))
-        options = dict(quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QInt8,
-                       weight_type=QuantType.QInt8, calibrate_method=method)
-        if ctx.method == "entropy":
-            from onnxruntime.quantization import create_calibrator, save_tensors_data
+        # Calibrate first, so that the ranges can decide what stays float, then quantize with them.
+        calibrator = create_calibrator(str(prepared), calibrate_method=method,
+                                       augmented_model_path=str(ctx.work_dir / "augmented.onnx"),
+                                       extra_options={"num_bins": ENTROPY_BINS} if ctx.method == "entropy" else {})
+        calibrator.collect_data(reader)
+        ranges = calibrator.compute_data()
+        cache = ctx.work_dir / "ranges.json"
+        save_tensors_data(ranges, cache)
+        quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
+                        nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared),
+                        quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=method)
+        int8_weights_only(out_path)
 
-            calibrator = create_calibrator(str(prepared), calibrate_method=method,
-                                           augmented_model_path=str(ctx.work_dir / "augmented.onnx"),
-                                           extra_options={"num_bins": ENTROPY_BINS})
-            calibrator.collect_data(reader)
-            cache = ctx.work_dir / "entropy-ranges.json"
-            save_tensors_data(calibrator.compute_data(), cache)
-            quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache), **options)
-        else:
-            quantize_static(str(prepared), str(out_path), reader, **options)
+
+def _fixed_shapes(path: Path, src: ModelArtifact, work_dir: Path) -> Path:
+    """The model as one file with its dynamic input dimensions fixed to the signature's
+    (--input-shape): onnxruntime's shape inference and calibration need concrete shapes, and its
+    pre-processing loses external data it wrote to a folder it has already removed. The model
+    itself when it is one file with fixed shapes."""
+    import onnx
+    from onnxruntime.tools.onnx_model_utils import fix_output_shapes, make_input_shape_fixed
+
+    model = onnx.load(str(path))  # external data included
+    shapes = dict(zip(_graph_inputs(path, src).values(), (s.shape for s in src.signature.inputs)))
+    dynamic = [i.name for i in model.graph.input if i.name in shapes
+               and any(not d.HasField("dim_value") for d in i.type.tensor_type.shape.dim)]
+    if not dynamic and len(onnx_files(path)) == 1:
+        return path
+    for name in dynamic:
+        make_input_shape_fixed(model.graph, name, list(shapes[name]))
+    if dynamic:
+        model = onnx.shape_inference.infer_shapes(model)
+        fix_output_shapes(model)
+    fixed = work_dir / f"{path.stem}.fixed.onnx"
+    onnx.save(model, str(fixed))
+    return fixed
+
+
+def _pre_process(model: Path, prepared: Path, work_dir: Path) -> None:
+    """quant_pre_process, run inside the work folder (it writes temporary files into the current
+    folder). Its symbolic shape inference gives up on some graphs (transformers, detectors with
+    computed shapes); ONNX's own shape inference is the fallback."""
+    from onnxruntime.quantization import quant_pre_process
+
+    model, prepared = model.resolve(), prepared.resolve()
+    cwd = os.getcwd()
+    os.chdir(work_dir)
+    try:
+        try:
+            quant_pre_process(str(model), str(prepared))
+        except Exception:  # noqa: BLE001 - any failure of the symbolic pass; the fallback says more if it fails too
+            quant_pre_process(str(model), str(prepared), skip_symbolic_shape=True)
+    finally:
+        os.chdir(cwd)
+
+
+# A concat whose inputs' ranges differ by more than this keeps float: at one int8 scale the
+# smaller part would keep fewer than 256/16 levels (a detector's class scores beside pixel boxes).
+MIXED_SCALE_RATIO = 16.0
+
+
+def mixed_scale_concats(model: Path, ranges) -> list[str]:
+    """Names of the Concat nodes whose inputs span very different ranges (from calibration)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    consts = {i.name: i for i in graph.initializer}
+    out = []
+    for node in graph.node:
+        if node.op_type != "Concat":
+            continue
+        spans = []
+        for name in node.input:
+            if name in consts:
+                spans.append(float(np.max(np.abs(numpy_helper.to_array(consts[name])), initial=0.0)))
+            elif name in ranges:
+                low, high = ranges[name].range_value
+                spans.append(float(max(abs(float(np.asarray(low).min())), abs(float(np.asarray(high).max())))))
+        spans = [x for x in spans if x > 0]
+        if len(spans) > 1 and max(spans) / min(spans) > MIXED_SCALE_RATIO:
+            out.append(node.name)
+    return out
+
+
+_RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+_COMBINERS = ("Add", "Sub", "Mul", "Div", "Where", "Max", "Min")
+_NORMS = ("LayerNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization", "RMSNormalization")
+
+
+def keep_float(model: Path) -> list[str]:
+    """Nodes that stay float, as in edgekit's PT2E quantizer (edgekit.calibration.pt2e_quantizer):
+    whatever is computed from integer inputs and constants only (attention masks, positions), an
+    op that adds such a tensor to an activation, and the adds of a transformer's residual stream
+    (those that feed a normalization), whose outlier channels one int8 scale cannot hold."""
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    float_types = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE}
+    # Scalars and integer tensors (shapes, axes) are constants; weights are not.
+    constant = {i.name for i in graph.initializer if i.data_type not in float_types or _numel(i) <= 1}
+    weights = {i.name for i in graph.initializer} - constant
+    derived = {i.name for i in graph.input if i.type.tensor_type.elem_type not in float_types} - constant - weights
+    out = []
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    for node in graph.node:  # topological order
+        inputs = [i for i in node.input if i]
+        if all(i in constant for i in inputs):
+            constant.update(node.output)
+        elif all(i in constant or i in derived for i in inputs):
+            derived.update(node.output)
+            out.append(node.name)
+        elif node.op_type in _COMBINERS and any(i in derived for i in inputs):
+            out.append(node.name)  # an activation combined with a mask, and what reads the
+            out += [c.name for o in node.output for c in consumers.get(o, [])]  # result (its range)
+    # Embedding tables: int8 per row afterwards (int8_weights_only); onnxruntime would give a
+    # whole table one scale, which a few outlier rows stretch.
+    out += [n.name for n in graph.node if n.op_type == "Gather" and n.input[0] in weights]
+    producer = {o: node for node in graph.node for o in node.output}
+    for node in graph.node:
+        norms = [c for o in node.output for c in consumers.get(o, []) if c.op_type in _NORMS]
+        if node.op_type != "Add" or not norms:
+            continue
+        out += [node.name] + [n.name for n in norms]
+        # The linear that writes into the stream (MatMul or Gemm, then a bias Add) keeps a float
+        # output; its weights get int8 storage afterwards (int8_weights_only).
+        for operand in node.input:
+            writer = producer.get(operand)
+            while writer is not None and writer.op_type in _RESHAPES:
+                out.append(writer.name)
+                writer = producer.get(writer.input[0])
+            if writer is not None and writer.op_type == "Add" and any(i in weights for i in writer.input):
+                out.append(writer.name)
+                writer = next((producer[i] for i in writer.input if i in producer), None)
+            if writer is not None and writer.op_type in ("MatMul", "Gemm"):
+                out.append(writer.name)
+    return out
+
+
+def int8_weights_only(path: Path) -> None:
+    """Store the float weights that quantization left (MatMul/Gemm kept float, embedding tables) as
+    int8, per output channel or row, behind a DequantizeLinear: int8 in the file, float
+    arithmetic at run time."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    nodes = list(graph.node)
+    for node in nodes:
+        index = 0 if node.op_type == "Gather" else 1
+        if node.op_type not in ("MatMul", "Gemm", "Gather") or len(node.input) < 2 or node.input[index] not in inits:
+            continue
+        weight = inits[node.input[index]]
+        w = numpy_helper.to_array(weight)
+        if w.dtype != np.float32 or w.ndim != 2:
+            continue
+        # Output channels: the last axis for MatMul (x @ W) and Gemm without transB, else the
+        # first; a table's rows.
+        trans_b = any(a.name == "transB" and a.i for a in node.attribute)
+        axis = 0 if (node.op_type == "Gather" or (node.op_type == "Gemm" and trans_b)) else 1
+        scale = np.max(np.abs(w), axis=1 - axis) / 127.0
+        scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
+        shape = (-1, 1) if axis == 0 else (1, -1)
+        q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+        name = weight.name
+        graph.initializer.remove(weight)
+        graph.initializer.extend([numpy_helper.from_array(q, f"{name}_int8"),
+                                  numpy_helper.from_array(scale, f"{name}_scale"),
+                                  numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8), f"{name}_zero_point")])
+        dq = helper.make_node("DequantizeLinear", [f"{name}_int8", f"{name}_scale", f"{name}_zero_point"], [name],
+                              name=f"{name}_DequantizeLinear", axis=axis)
+        graph.node.insert(list(graph.node).index(node), dq)
+    onnx.save(model, str(path))
+
+
+def _numel(tensor) -> int:
+    n = 1
+    for d in tensor.dims:
+        n *= d
+    return n
 
 
 def _graph_inputs(path: Path, src: ModelArtifact) -> dict[str, str]:

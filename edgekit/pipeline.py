@@ -25,7 +25,7 @@ from edgekit.calibration.sources import CalibrationSpec
 from edgekit.errors import BadInput
 from edgekit.graph import Graph, Plan
 from edgekit.loading import Source, SourceOptions
-from edgekit.quiet import captured
+from edgekit.quiet import captured, temp_files_in
 from edgekit.verify import THRESHOLDS, Verdict, compare
 
 SCHEMA = "edgekit.convert/1"
@@ -310,7 +310,7 @@ def build(plan: Plan, ctx: ConvertContext, stem: str, say: Progress) -> ModelArt
         path = ctx.work_dir / (f"{stem}{suffix}{ext}" if last else f"step{i}-{stem}{ext}")
         detail = f", {ctx.method} calibration" if step is quantizing_step(plan) else ""
         say(f"converting {artifact.format} → {conv.target} at {step.precision} ({conv.name}{detail})")
-        with captured():
+        with captured(), temp_files_in(ctx.work_dir):
             artifact = conv()(artifact, path, step.precision, ctx)
     return artifact
 

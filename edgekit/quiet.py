@@ -34,3 +34,15 @@ def captured() -> Iterator[list[str]]:
             os.close(saved[1])
             log.seek(0)
             sink.append(log.read().decode("utf-8", "replace"))
+
+
+@contextlib.contextmanager
+def temp_files_in(folder) -> Iterator[None]:
+    """Libraries called inside the block put their temporary files (tempfile's default folder)
+    in `folder`, which edgekit removes after each run: nothing is left outside --out."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(os.path.abspath(folder))
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
