@@ -152,19 +152,23 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
                            fix="pass --calib data.npz (a folder of .npy or images, or module:function); "
                                "--calib random works but is not representative")
 
-    source_model, calib, held_out, samples, reference = _reference(req, calibrated, warnings, say)
-    source = source_model.artifact
-    selection = None
-    if req.calib_method == AUTO and held_out is not None:
-        selection = (held_out, reference if held_out is samples else _run_reference(source_model, held_out))
-
     out_dir = Path(req.out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BadInput(f"cannot create output folder {out_dir}: {e.strerror}") from None
-    job = _Job(source_model, req, calib, selection, thresholds, out_dir, _stem(req.source), say)
-    results = [job.run(target, plan, samples, reference) for target, plan in plans]
+    run_tmp = Path(tempfile.mkdtemp(prefix=".edgekit-tmp-", dir=out_dir))
+    try:
+        with temp_files_in(run_tmp):
+            source_model, calib, held_out, samples, reference = _reference(req, calibrated, warnings, say)
+            selection = None
+            if req.calib_method == AUTO and held_out is not None:
+                selection = (held_out, reference if held_out is samples else _run_reference(source_model, held_out))
+            job = _Job(source_model, req, calib, selection, thresholds, out_dir, _stem(req.source), say)
+            results = [job.run(target, plan, samples, reference) for target, plan in plans]
+    finally:
+        shutil.rmtree(run_tmp, ignore_errors=True)
+    source = source_model.artifact
     return ConvertResult(source, source.sha256 if source.files else None, tuple(results), tuple(warnings))
 
 

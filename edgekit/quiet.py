@@ -38,11 +38,16 @@ def captured() -> Iterator[list[str]]:
 
 @contextlib.contextmanager
 def temp_files_in(folder) -> Iterator[None]:
-    """Libraries called inside the block put their temporary files (tempfile's default folder)
-    in `folder`, which edgekit removes after each run: nothing is left outside --out."""
-    saved = tempfile.tempdir
-    tempfile.tempdir = str(os.path.abspath(folder))
+    """Libraries called inside the block, and the processes they start, put their temporary files
+    in `folder` (tempfile's default folder and TMPDIR; onnxruntime writes a `.ses` file there when
+    imported), which edgekit removes after each run: nothing is left outside --out."""
+    saved, saved_env = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = os.environ["TMPDIR"] = str(os.path.abspath(folder))
     try:
         yield
     finally:
         tempfile.tempdir = saved
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env

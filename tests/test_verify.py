@@ -17,7 +17,9 @@ def test_metrics_on_known_values():
     assert METRICS["max_abs"](ref, out) == 1.0
     assert METRICS["mean_abs"](ref, out) == 0.25
     assert METRICS["rmse"](ref, out) == 0.5
-    assert METRICS["cosine"](ref, out) == pytest.approx(25 / (math.sqrt(26) * 5))
+    # cosine is the mean of each sample's cosine: the second sample lost all its signal
+    assert METRICS["cosine"](ref, out) == pytest.approx(0.5)
+    assert METRICS["cosine_min"](ref, out) == 0.0
     assert METRICS["sqnr_db"](ref, out) == pytest.approx(10 * math.log10(26 / 1))
     assert METRICS["top1_agreement"](ref, out) == 0.5  # second sample: argmax 1 vs 0
 
@@ -38,7 +40,8 @@ def test_compare_passes_within_thresholds_and_reports_accuracy():
     verdict = compare([ref], [out], THRESHOLDS["fp32"], labels)
     assert verdict.status == "pass"
     assert verdict.task_accuracy == {"reference": 0.9, "artifact": 0.9}
-    assert set(verdict.metrics["output_0"]) == set(METRICS)
+    # class scores have no positions: no per-channel metric
+    assert set(verdict.metrics["output_0"]) == set(METRICS) - {"channel_cosine", "channel_cosine_min"}
 
 
 def test_compare_fails_with_the_broken_threshold_named():
@@ -65,3 +68,34 @@ def test_threshold_overrides_are_checked():
         parse_thresholds(["cosinus=1"])
     with pytest.raises(BadInput, match="'high' is not a number"):
         parse_thresholds(["cosine=high"])
+
+
+def test_one_bad_sample_fails_the_worst_sample_threshold_that_the_mean_hides():
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((50, 1, 384))
+    out = ref + 0.01 * rng.standard_normal(ref.shape)
+    out[7] = rng.standard_normal((1, 384))  # one embedding gone wrong
+    verdict = compare([ref], [out], THRESHOLDS["int8"])
+    m = verdict.metrics["output_0"]
+    assert m["cosine"] > 0.97 and m["cosine_min"] < 0.2
+    assert verdict.status == "fail"
+    assert any(r.startswith("output_0 cosine_min") for r in verdict.reasons)
+
+
+def test_channel_cosine_judges_small_scale_channels_on_their_own():
+    """A detector output [1, 4 boxes + 18 class scores, anchors]: boxes in pixels, scores in 0..1.
+    Scores collapsed to 0/1.28 (one int8 scale shared with the boxes) barely move the overall
+    cosine, and fail the per-channel one."""
+    rng = np.random.default_rng(2)
+    boxes = rng.uniform(0, 320, (16, 1, 4, 500))
+    scores = 0.6 * rng.uniform(0, 1, (16, 1, 18, 500)) ** 20  # sparse, below the 0.64 rounding point
+    ref = np.concatenate([boxes, scores], axis=2)
+    healthy = ref + np.concatenate([rng.normal(0, 1.0, boxes.shape), rng.normal(0, 0.004, scores.shape)], axis=2)
+    collapsed = healthy.copy()
+    collapsed[:, :, 4:] = np.where(scores > 0.64, 1.28, 0.0)
+    good, bad = compare([ref], [healthy], THRESHOLDS["int8"]), compare([ref], [collapsed], THRESHOLDS["int8"])
+    assert good.status == "pass", good.reasons
+    assert bad.metrics["output_0"]["cosine"] > 0.99  # the whole-output view is fooled
+    assert bad.status == "fail"
+    assert any(r.startswith("output_0 channel_cosine") for r in bad.reasons)
+    assert METRICS["channel_cosine"](ref[:, :, :, 0], ref[:, :, :, 0]) is None  # [1, C]: no positions
