@@ -1,0 +1,100 @@
+"""edgekit's PT2E quantizer on small graphs that have the patterns real models have."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from edgekit.calibration import pt2e  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _xnnpack(edgekit: bool):
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    backend = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config, method="minmax", dynamic=False)
+    return pt2e.edgekit_quantizer(backend, get_symmetric_quantization_config, matmul_int8=False) if edgekit else backend
+
+
+def _quantize(module, example, quantizer, samples):
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    prepared = prepare_pt2e(torch.export.export(module.eval(), example).module(), quantizer)
+    with torch.no_grad():
+        for s in samples:
+            prepared(*s)
+    return convert_pt2e(prepared)
+
+
+def _scales_after(graph_module, op_name: str) -> list[float]:
+    """Scales of the quantize ops that read the output of each `op_name` node."""
+    out = []
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and op_name in str(node.target):
+            for user in node.users:
+                if "quantize_per_tensor" in str(user.target):
+                    out.append(float(user.args[1]))
+    return out
+
+
+class ConvRelu6(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.act = torch.nn.ReLU6()
+        self.head = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.head(self.act(self.bn(self.conv(x))))
+
+
+def test_relu6_after_a_conv_is_quantized_over_its_own_range():
+    """XNNPACKQuantizer observes the clamp with the conv's pre-clamp range; edgekit's observes
+    0..6, the 256 levels spent where the activation lives."""
+    samples = [(torch.randn(1, 3, 16, 16) * 20,) for _ in range(8)]
+    plain = _scales_after(_quantize(ConvRelu6(), samples[0], _xnnpack(False), samples), "hardtanh")
+    ours = _scales_after(_quantize(ConvRelu6(), samples[0], _xnnpack(True), samples), "hardtanh")
+    assert ours and ours[0] == pytest.approx(6 / 255, rel=0.02)
+    assert plain and plain[0] > 4 * ours[0]  # what the backend alone gives
+
+
+class Positions(torch.nn.Module):
+    """Token and position embeddings, the way BERT-class encoders compute position ids."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.tokens = torch.nn.Embedding(100, 16)
+        self.positions = torch.nn.Embedding(8, 16)
+        self.proj = torch.nn.Linear(16, 4)
+
+    def forward(self, ids, mask):
+        position_ids = torch.arange(ids.shape[1]).unsqueeze(0) + 0
+        h = self.tokens(ids) + self.positions(position_ids)
+        scores = self.proj(h) + (1.0 - mask.unsqueeze(-1).float()) * torch.finfo(torch.float32).min
+        return scores.softmax(dim=1)
+
+
+def test_integer_position_ids_and_masks_stay_exact():
+    ids = torch.randint(0, 100, (1, 8))
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0, 0]])
+    samples = [(torch.randint(0, 100, (1, 8)), mask) for _ in range(8)]
+    # The backend alone turns the ids into floats (a real encoder fails the same way, with
+    # "tensors used as indices must be long" from an index op).
+    with pytest.raises((IndexError, RuntimeError), match="(?i)long"):
+        _quantize(Positions(), (ids, mask), _xnnpack(False), samples)
+    quantized = _quantize(Positions(), (ids, mask), _xnnpack(True), samples)
+    with torch.no_grad():
+        expected, got = Positions().eval()(ids, mask), quantized(ids, mask)
+    assert torch.equal(got[0, 6:], expected[0, 6:])  # masked positions exactly zero, not a quantized blur
+    assert torch.nn.functional.cosine_similarity(got.flatten(), expected.flatten(), dim=0) > 0.99
+    # the token table is stored int8, per row
+    weights = [n for n in quantized.graph.nodes if "dequantize_per_channel" in str(n.target)]
+    assert weights, "no int8 embedding table"
