@@ -60,13 +60,20 @@ def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, e
     from torchao.quantization.pt2e import move_exported_model_to_eval
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
+    def sample(i: int) -> list:
+        return [torch.from_numpy(np.array(calibration.inputs[n][i], copy=True)) for n in input_names]
+
+    if calibration is not None and hasattr(quantizer, "keep_float"):
+        from edgekit.calibration.pt2e_quantizer import mixed_scale_cats
+
+        quantizer.keep_float = mixed_scale_cats(module, [sample(i) for i in range(min(len(calibration), 8))])
     prepared = prepare_pt2e(module, quantizer)
     move_exported_model_to_eval(prepared)
     with torch.no_grad():
         if calibration is None:
             prepared(*example_args)
         for i in range(len(calibration) if calibration is not None else 0):
-            prepared(*[torch.from_numpy(np.array(calibration.inputs[n][i], copy=True)) for n in input_names])
+            prepared(*sample(i))
     converted = convert_pt2e(prepared, fold_quantize=fold_quantize)
     move_exported_model_to_eval(converted)
     converted.training = False  # exported modules refuse .eval(); converters read .training

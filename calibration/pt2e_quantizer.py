@@ -78,6 +78,7 @@ class EdgeQuantizer:
         self.backend = backend
         self.config = backend.global_config
         self.dynamic_config = dynamic_config
+        self.keep_float: set[str] = set()  # node names that stay float (set by pt2e.quantize)
         self.matmul_int8 = matmul_int8
 
     def transform_for_annotation(self, model):
@@ -98,6 +99,10 @@ class EdgeQuantizer:
         _unquantize_integer_derived(model)
         if not dynamic:
             _float_residual_stream(model, self.dynamic_config.input_activation)
+        for node in model.graph.nodes:
+            if node.name in self.keep_float:
+                _strip(node)
+        _drop_dangling_shares(model)
         return model
 
     def validate(self, model) -> None:
@@ -114,6 +119,40 @@ def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool):
             EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8)
 
     return _Quantizer()
+
+
+# A cat whose inputs' ranges differ by more than this stays float: at one shared int8 scale the
+# smaller part would keep fewer than 256/16 levels (a detector's class scores beside pixel boxes).
+MIXED_SCALE_RATIO = 16.0
+
+
+def mixed_scale_cats(module, samples) -> set[str]:
+    """Names of the cat nodes of `module` whose inputs span very different ranges on `samples`
+    (tuples of input tensors), measured in float before quantizing: the backends give every input
+    of a cat one shared scale."""
+    import torch
+
+    peaks: dict[str, list[float]] = {}
+
+    class Ranges(torch.fx.Interpreter):
+        def run_node(self, node):
+            if _name(node) == "cat.default":
+                for i, t in enumerate(self.env[a] for a in node.args[0] if a in self.env):
+                    if t.is_floating_point() and t.numel():
+                        spans = peaks.setdefault(node.name, [])
+                        peak = float(t.detach().abs().max())
+                        if i < len(spans):
+                            spans[i] = max(spans[i], peak)
+                        else:
+                            spans.append(peak)
+            return super().run_node(node)
+
+    with torch.no_grad():
+        for args in samples:
+            Ranges(module).run(*args)
+    return {name for name, spans in peaks.items()
+            if len([p for p in spans if p > 0]) > 1
+            and max(spans) / min(p for p in spans if p > 0) > MIXED_SCALE_RATIO}
 
 
 # --- graph rewrites (before annotation) ---------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -98,3 +99,51 @@ def test_integer_position_ids_and_masks_stay_exact():
     # the token table is stored int8, per row
     weights = [n for n in quantized.graph.nodes if "dequantize_per_channel" in str(n.target)]
     assert weights, "no int8 embedding table"
+
+
+class TinyDetector(torch.nn.Module):
+    """A YOLO-style head: pixel boxes and sigmoid class scores concatenated into one output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU())
+        self.boxes = torch.nn.Conv2d(16, 4, 1)
+        self.scores = torch.nn.Conv2d(16, 6, 1)
+
+    def forward(self, x):
+        h = self.features(x)
+        boxes = torch.sigmoid(self.boxes(h)) * 320.0
+        scores = torch.sigmoid(self.scores(h) - 4.0)
+        return torch.cat([boxes, scores], dim=1).flatten(2)
+
+
+def test_a_cat_of_pixel_boxes_and_scores_stays_float_and_scores_survive(tmp_path):
+    """In the real runtime (ExecuTorch): XNNPACKQuantizer's cat shares one scale between boxes
+    (0..320) and scores (0..1); edgekit keeps that cat float. (LiteRT's converter refuses this
+    head at int8 with or without edgekit: its sigmoid's fixed scale meets a transpose it inserts.)"""
+    from edgekit.calibration.sources import CalibrationSpec
+    from edgekit.pipeline import ConvertRequest, convert
+    from edgekit.verify import METRICS
+
+    rng = np.random.default_rng(0)
+    images = rng.uniform(0, 1, (24, 1, 3, 16, 16)).astype(np.float32)
+    np.savez(tmp_path / "calib.npz", x=images[:16])
+    np.savez(tmp_path / "eval.npz", x=images[16:])
+    model = TinyDetector().eval()
+    torch.export.save(torch.export.export(model, (torch.from_numpy(images[0]),)), tmp_path / "det.pt2")
+
+    samples = [(torch.from_numpy(i),) for i in images[:16]]
+    with torch.no_grad():
+        ref = np.stack([model(torch.from_numpy(i)).numpy() for i in images[16:]])
+        plain = _quantize(TinyDetector(), samples[0], _xnnpack(False), samples)
+        collapsed = np.stack([plain(torch.from_numpy(i)).numpy() for i in images[16:]])
+    assert METRICS["channel_cosine"](ref, collapsed) < 0.5  # the backend alone
+
+    result = convert(ConvertRequest(str(tmp_path / "det.pt2"), ("executorch",), str(tmp_path / "out"),
+                                    precision="int8", eval_data=str(tmp_path / "eval.npz"),
+                                    calibration=CalibrationSpec(str(tmp_path / "calib.npz"))))
+    for r in result.artifacts:
+        m = r.verdict.metrics["output_0"]
+        assert r.verdict.status == "pass", (r.target, r.verdict.reasons)
+        assert m["channel_cosine"] > 0.95 and m["channel_cosine_min"] > 0.9, (r.target, m)
