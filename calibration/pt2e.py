@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from edgekit.calibration.data import SampleSet
+from edgekit.calibration.pt2e_quantizer import EdgeQuantizer, make, mixed_scale_cats
 
 METHODS = ("minmax", "mse")
 
@@ -41,12 +42,17 @@ def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic
     return quantizer.set_global(config)
 
 
-def edgekit_quantizer(backend, get_config: Callable[..., Any], *, matmul_int8: bool):
-    """The configured backend quantizer with edgekit's annotations (see
-    edgekit.calibration.pt2e_quantizer); `get_config` gives it the backend's dynamic config."""
-    from edgekit.calibration.pt2e_quantizer import make
+# What each backend's kernels take: TFLite runs BATCH_MATMUL in int8 and FULLY_CONNECTED on any
+# rank; XNNPACK's bmm is float only and its static int8 linear needs a 2-D input.
+BACKENDS = {"tflite": dict(matmul_int8=True, linears_2d=False),
+            "xnnpack": dict(matmul_int8=False, linears_2d=True)}
 
-    return make(backend, get_config(is_per_channel=True, is_dynamic=True), matmul_int8=matmul_int8)
+
+def edgekit_quantizer(backend, get_config: Callable[..., Any], kind: str):
+    """The configured `backend` quantizer ("tflite" or "xnnpack", the `kind`) with edgekit's
+    annotations (see edgekit.calibration.pt2e_quantizer); `get_config` gives it the backend's
+    dynamic config."""
+    return make(backend, get_config(is_per_channel=True, is_dynamic=True), **BACKENDS[kind])
 
 
 def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, example_args: tuple,
@@ -63,8 +69,7 @@ def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, e
     def sample(i: int) -> list:
         return [torch.from_numpy(np.array(calibration.inputs[n][i], copy=True)) for n in input_names]
 
-    if calibration is not None and hasattr(quantizer, "keep_float"):
-        from edgekit.calibration.pt2e_quantizer import mixed_scale_cats
+    if calibration is not None and isinstance(quantizer, EdgeQuantizer):
 
         quantizer.keep_float = mixed_scale_cats(module, [sample(i) for i in range(min(len(calibration), 8))])
     prepared = prepare_pt2e(module, quantizer)

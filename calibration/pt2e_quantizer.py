@@ -25,6 +25,12 @@ quantize something that must stay exact. What it adds, and why:
 - **Nothing computed from integer inputs only is quantized** (attention masks, position ids,
   anything feeding an index): an additive attention mask spans −3.4e38..0, and an add that
   carries it cannot be quantized without destroying the scores it is added to.
+- **A transformer's residual stream stays float** (adds that feed a normalization), and the
+  linears writing into it keep int8 weights with activations quantized at run time.
+- **A cat of very different ranges stays float** (a detector's pixel boxes beside its class
+  scores), where the backends would give all its inputs one scale.
+- **Linears on N-D inputs become 2-D** for XNNPACK (`linears_2d=True`), which cannot build a
+  static int8 linear on a 3-D input.
 """
 
 from __future__ import annotations
@@ -67,24 +73,24 @@ class EdgeQuantizer:
     """A PT2E quantizer made of a configured backend quantizer and edgekit's additions.
 
     `backend` is a litert-torch `PT2EQuantizer` or an ExecuTorch `XNNPACKQuantizer` whose global
-    config is set; `matmul_int8` says whether the backend runs activation × activation matmuls in
-    int8. Built by `make()`, which subclasses torchao's `Quantizer` on demand (no torch import
-    here).
+    config is set, `dynamic_config` the backend's config for activations quantized at run time;
+    `matmul_int8` says whether the backend runs activation × activation matmuls in int8,
+    `linears_2d` whether it needs linears on 2-D inputs. Built by `make()`, which subclasses
+    torchao's `Quantizer` on demand (no torch import here).
     """
 
-    def __init__(self, backend: Any, dynamic_config: Any, *, matmul_int8: bool):
-        # matmul_int8 also marks the TFLite flavour, whose FULLY_CONNECTED takes any rank; XNNPACK
-        # cannot build a static-int8 linear on a 3-D input, so there linears are made 2-D.
+    def __init__(self, backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool):
         self.backend = backend
         self.config = backend.global_config
         self.dynamic_config = dynamic_config
-        self.keep_float: set[str] = set()  # node names that stay float (set by pt2e.quantize)
+        self.keep_float: set[str] = set()  # node names that stay float (pt2e.quantize sets them)
         self.matmul_int8 = matmul_int8
+        self.linears_2d = linears_2d
 
     def transform_for_annotation(self, model):
         _clamps_to_hardtanh(model)
         _keep_integer_scalars(model)
-        if not self.matmul_int8:
+        if self.linears_2d:
             _linears_2d(model)
         return self.backend.transform_for_annotation(model)
 
@@ -109,14 +115,14 @@ class EdgeQuantizer:
         self.backend.validate(model)
 
 
-def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool):
+def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool):
     """An `EdgeQuantizer` that is also a torchao `Quantizer` (what prepare_pt2e takes)."""
     from torchao.quantization.pt2e.quantizer import Quantizer
 
     class _Quantizer(EdgeQuantizer, Quantizer):
         def __init__(self):
             Quantizer.__init__(self)
-            EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8)
+            EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8, linears_2d=linears_2d)
 
     return _Quantizer()
 

@@ -64,8 +64,7 @@ def quantize_int8(source, calibration, method: str, input_names, *, dynamic: boo
 
     quantizer = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config, method=method, dynamic=dynamic)
     args = source.example_args() if example_args is None else example_args
-    # XNNPACK's bmm is float only: attention matmuls stay float.
-    quantizer = pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config, matmul_int8=False)
+    quantizer = pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config, "xnnpack")
     return pt2e.quantize(source.exported().module(), quantizer, calibration, input_names, example_args=args,
                          fold_quantize=True)
 

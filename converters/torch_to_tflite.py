@@ -40,9 +40,8 @@ class TorchToTflite(Converter):
             quantizer = pt2e.configure(PT2EQuantizer(), get_symmetric_quantization_config,
                                        method=ctx.method, dynamic=dynamic)
             # fold_quantize=False: litert lowers the weights' quantize/dequantize pairs itself.
-            # TFLite runs BATCH_MATMUL in int8, so attention matmuls are quantized too.
             quantized = pt2e.quantize(module, pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config,
-                                                                 matmul_int8=True),
+                                                                 "tflite"),
                                       None if dynamic else ctx.calibration,
                                       src.signature.input_names, example_args=args, fold_quantize=False)
             model = litert_torch.convert(quantized, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))

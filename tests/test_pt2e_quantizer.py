@@ -19,7 +19,7 @@ def _xnnpack(edgekit: bool):
     )
 
     backend = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config, method="minmax", dynamic=False)
-    return pt2e.edgekit_quantizer(backend, get_symmetric_quantization_config, matmul_int8=False) if edgekit else backend
+    return pt2e.edgekit_quantizer(backend, get_symmetric_quantization_config, "xnnpack") if edgekit else backend
 
 
 def _quantize(module, example, quantizer, samples):
