@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.edgekit-installed
 
-.PHONY: setup browser demo test test-fast bench samples clean
+.PHONY: setup browser demo test test-fast bench bench-int8 samples clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python bench/bench_convert.py
+
+# int8 on real pretrained models (pip packages of the test extra) against the raw library calls.
+bench-int8: setup
+	$(BIN)/python bench/bench_int8_real.py
 
 samples: setup
 	$(BIN)/python sample_models/train_digits_cnn.py

@@ -58,11 +58,6 @@ def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def half_edited(text: str) -> bool:
-    """edgekit failing the way a file being edited by someone else makes it fail."""
-    return any(k in text for k in ("SyntaxError", "ImportError", "IndentationError")) and "edgekit" in text
-
-
 # ----------------------------------------------------------------------------- edgekit side
 def edgekit_convert(m, target: str, int8: bool, out: Path) -> dict:
     cmd = [str(EDGEKIT), "convert", str(m.source), "-t", target, "--eval", str(m.eval), "--json", "--out", str(out)]
@@ -70,14 +65,9 @@ def edgekit_convert(m, target: str, int8: bool, out: Path) -> dict:
         cmd += ["--int8", "--calib", str(m.calib)]
     if m.input_shape:
         cmd += ["--input-shape", m.input_shape]
-    for attempt in range(4):
-        started = time.perf_counter()
-        p = subprocess.run(cmd, capture_output=True, text=True, cwd=out.parent)
-        wall = time.perf_counter() - started
-        if p.returncode == 0 or not half_edited(p.stderr) or attempt == 3:
-            break
-        print(f"  (edgekit looks half-edited, retrying in 60 s: {p.stderr.strip().splitlines()[-1]})", flush=True)
-        time.sleep(60)
+    started = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=out.parent)
+    wall = time.perf_counter() - started
     row = {"exit": p.returncode, "wall_s": wall, "error": None, "artifact": None}
     try:
         row["artifact"] = json.loads(p.stdout)["artifacts"][0]

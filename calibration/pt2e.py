@@ -20,6 +20,7 @@ import numpy as np
 
 from edgekit.calibration.data import SampleSet
 from edgekit.calibration.pt2e_quantizer import EdgeQuantizer, make, mixed_scale_cats
+from edgekit.errors import ConversionFailed, first_line
 
 METHODS = ("minmax", "mse")
 
@@ -76,10 +77,44 @@ def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, e
     move_exported_model_to_eval(prepared)
     with torch.no_grad():
         if calibration is None:
-            prepared(*example_args)
+            _run_naming_node(prepared, example_args)
         for i in range(len(calibration) if calibration is not None else 0):
-            prepared(*sample(i))
+            _run_naming_node(prepared, sample(i))
     converted = convert_pt2e(prepared, fold_quantize=fold_quantize)
     move_exported_model_to_eval(converted)
     converted.training = False  # exported modules refuse .eval(); converters read .training
     return converted
+
+
+def _run_naming_node(prepared, args) -> None:
+    """Run the prepared (observed) model once; when it fails, say at which node of the graph and
+    from which module of the source, instead of a bare library exception."""
+    import torch
+
+    try:
+        prepared(*args)
+        return
+    except Exception as first:  # noqa: BLE001 - re-run node by node to name the culprit
+        failing = {}
+
+        class Naming(torch.fx.Interpreter):
+            def run_node(self, node):
+                failing["node"] = node
+                return super().run_node(node)
+
+        try:
+            Naming(prepared).run(*args)
+        except Exception:  # noqa: BLE001
+            pass
+        node = failing.get("node")
+        if node is None:
+            raise
+        stack = node.meta.get("nn_module_stack") or {}
+        module = next(reversed(stack.values()))[0] if stack else "the model's top level"
+        raise ConversionFailed(
+            f"int8 calibration failed at node {node.name} ({node.target}, in {module}): "
+            f"{type(first).__name__}: {first_line(first)}",
+            fix="edgekit's quantizer keeps integer tensors, masks and indices unquantized; this op still "
+                "received a quantized or re-typed input: convert this model with -p int8-dynamic, or "
+                "report the op",
+        ) from first

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from edgekit import io_params
 from edgekit.artifact import ModelArtifact
+from edgekit.errors import ConversionFailed, first_line
 from edgekit.formats import onnx_files
 from edgekit.registry import Converter
 
@@ -114,8 +115,16 @@ def _pre_process(model: Path, prepared: Path, work_dir: Path) -> None:
     try:
         try:
             quant_pre_process(str(model), str(prepared))
-        except Exception:  # noqa: BLE001 - any failure of the symbolic pass; the fallback says more if it fails too
-            quant_pre_process(str(model), str(prepared), skip_symbolic_shape=True)
+        except Exception as symbolic:  # noqa: BLE001 - onnxruntime's symbolic pass gave up; try ONNX's own
+            try:
+                quant_pre_process(str(model), str(prepared), skip_symbolic_shape=True)
+            except Exception as e:  # noqa: BLE001
+                raise ConversionFailed(
+                    f"onnxruntime's quantization pre-processing failed on {model.name}: symbolic shape "
+                    f"inference ({type(symbolic).__name__}: {first_line(symbolic)}), then ONNX shape "
+                    f"inference ({type(e).__name__}: {first_line(e)})",
+                    fix="give every dynamic input a shape with --input-shape NAME=D0,D1,...; if they all "
+                        "have one, simplify the model (onnxsim) before converting") from e
     finally:
         os.chdir(cwd)
 
