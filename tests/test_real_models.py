@@ -76,7 +76,8 @@ def test_minilm_encoder_int8_converts_where_the_raw_calls_failed(real, tmp_path)
         assert v.inspection["int8_weight_share"] >= 0.8, (r.target, v.inspection["weight_bytes_by_dtype"])
 
 
-def test_detector_scores_survive_int8_and_a_collapsed_quantization_fails(real, tmp_path):
+def test_detector_scores_survive_int8_and_a_collapsed_quantization_fails(real, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # onnxruntime's own calls below write beside the current folder
     module, work = real
     model = module.detector(work, n_calib=16, n_eval=8)
     options = dict(source_options=SourceOptions(input_shapes=(model.input_shape,)))
