@@ -244,13 +244,17 @@ def int8_weights_only(path: Path) -> None:
         scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
         shape = (-1, 1) if axis == 0 else (1, -1)
         q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+        # Named the way onnxruntime's QDQ quantizer names a weight's tensors, which its QDQ
+        # debugging tools (edgekit layers) match on.
         name = weight.name
         graph.initializer.remove(weight)
-        graph.initializer.extend([numpy_helper.from_array(q, f"{name}_int8"),
+        graph.initializer.extend([numpy_helper.from_array(q, f"{name}_quantized"),
                                   numpy_helper.from_array(scale, f"{name}_scale"),
                                   numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8), f"{name}_zero_point")])
-        dq = helper.make_node("DequantizeLinear", [f"{name}_int8", f"{name}_scale", f"{name}_zero_point"], [name],
-                              name=f"{name}_DequantizeLinear", axis=axis)
+        dq = helper.make_node("DequantizeLinear", [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"],
+                              [f"{name}_DequantizeLinear_Output"], name=f"{name}_DequantizeLinear", axis=axis)
+        for consumer in graph.node:
+            consumer.input[:] = [dq.output[0] if i == name else i for i in consumer.input]
         graph.node.insert(list(graph.node).index(node), dq)
     onnx.save(model, str(path))
 

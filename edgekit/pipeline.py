@@ -153,10 +153,12 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
                                "--calib random works but is not representative")
 
     out_dir = Path(req.out_dir)
+    created = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BadInput(f"cannot create output folder {out_dir}: {e.strerror}") from None
+    # Every library's temporary files go to a private folder inside --out, removed at the end.
     run_tmp = Path(tempfile.mkdtemp(prefix=".edgekit-tmp-", dir=out_dir))
     try:
         with temp_files_in(run_tmp):
@@ -168,6 +170,8 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
             results = [job.run(target, plan, samples, reference) for target, plan in plans]
     finally:
         shutil.rmtree(run_tmp, ignore_errors=True)
+        if created and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # a run that failed before writing anything leaves no folder behind
     source = source_model.artifact
     return ConvertResult(source, source.sha256 if source.files else None, tuple(results), tuple(warnings))
 

@@ -57,7 +57,7 @@ def test_json_contract_on_stdout_and_nothing_else(tmp_path):
         assert v["status"] == "pass" and v["samples"] == 360
         assert v["metrics"]["output_0"]["cosine"] >= 0.9999
         assert set(v["metrics"]["output_0"]) >= {"max_abs", "mean_abs", "rmse", "cosine", "sqnr_db", "top1_agreement"}
-        assert v["thresholds"] == {"cosine": 0.9999}
+        assert v["thresholds"] == {"cosine": 0.9999, "cosine_min": 0.999, "channel_cosine": 0.999}
         assert abs(v["task_accuracy"]["artifact"] - v["task_accuracy"]["reference"]) <= 0.005
     # Human output and progress went to stderr.
     assert "verifying in LiteRT interpreter" in proc.stderr and "pass" in proc.stderr
