@@ -71,7 +71,6 @@ def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, e
         return [torch.from_numpy(np.array(calibration.inputs[n][i], copy=True)) for n in input_names]
 
     if calibration is not None and isinstance(quantizer, EdgeQuantizer):
-
         quantizer.keep_float = mixed_scale_cats(module, [sample(i) for i in range(min(len(calibration), 8))])
     prepared = prepare_pt2e(module, quantizer)
     move_exported_model_to_eval(prepared)

@@ -3,6 +3,11 @@
 Static int8 is QDQ with per-channel int8 weights and int8 activations, after `quant_pre_process`.
 Calibration methods map onto onnxruntime's calibrators: minmax → MinMax, percentile → Percentile,
 entropy → Entropy (histogram of 2048 bins). onnxruntime has no MSE calibrator, so mse is refused.
+
+Real models need more than `quantize_static` alone (see the README's "int8 on real models"): dynamic
+inputs are fixed to the signature first, pre-processing falls back to ONNX shape inference, and
+after calibration the ranges and the graph decide which nodes stay float (`mixed_scale_concats`,
+`keep_float`); the weights those nodes hold are then stored int8 (`int8_weights_only`).
 """
 
 from __future__ import annotations

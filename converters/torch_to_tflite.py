@@ -41,9 +41,8 @@ class TorchToTflite(Converter):
             quantizer = pt2e.configure(PT2EQuantizer(), get_symmetric_quantization_config,
                                        method=ctx.method, dynamic=dynamic)
             # fold_quantize=False: litert lowers the weights' quantize/dequantize pairs itself.
-            quantized = pt2e.quantize(module, pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config,
-                                                                 "tflite"),
-                                      None if dynamic else ctx.calibration,
+            ours = pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config, "tflite")
+            quantized = pt2e.quantize(module, ours, None if dynamic else ctx.calibration,
                                       src.signature.input_names, example_args=args, fold_quantize=False)
             model = litert_torch.convert(quantized, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
             raw = ctx.work_dir / f"{out_path.stem}.pt2e.tflite"

@@ -66,12 +66,10 @@ def _channels(a: np.ndarray) -> np.ndarray | None:
     """Rows = channels, each over all samples and positions, for outputs laid out
     [batch, channels, positions...] (a detector's [1, 4 + classes, anchors], a feature map);
     None for outputs without positions (class scores, embeddings)."""
-    shape = a.shape[1:]  # one sample
+    shape = a.shape[1:]  # one sample's output
     if len(shape) >= 3 and shape[0] == 1:
-        shape = shape[1:]  # batch of one
-    elif len(shape) < 2 or (len(shape) == 2 and a.shape[1] == 1):
-        return None
-    if len(shape) < 2:
+        shape = shape[1:]  # a batch of one
+    if len(shape) < 2 or shape[0] == 1:
         return None
     x = np.asarray(a, dtype=np.float64).reshape(len(a), shape[0], -1)
     return np.moveaxis(x, 1, 0).reshape(shape[0], -1)
