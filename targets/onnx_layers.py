@@ -26,8 +26,8 @@ Q_INPUT, DQ_OUTPUT = "_QuantizeLinear_Input", "_DequantizeLinear_Output"
 def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[str, np.ndarray]):
     """(traced ops of the QDQ model, {activation name: SQNR dB}) over the samples in `inputs`."""
     import onnx
-    from onnxruntime.quantization.qdq_loss_debug import (collect_activations, compute_weight_error,
-                                                         create_activation_matching, create_weight_matching,
+    from onnxruntime.quantization.qdq_loss_debug import (collect_activations, create_activation_matching,
+                                                         create_weight_matching,
                                                          modify_model_output_intermediate_tensors)
 
     from edgekit.targets.onnx import OnnxRunner
@@ -49,7 +49,10 @@ def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[s
         post = activations["quant"].get(name + DQ_OUTPUT)
         if name not in sqnr and post is not None and name in activations["float"]:
             sqnr[name] = sqnr_db(np.concatenate(activations["float"][name]), np.concatenate(post))
-    weights = compute_weight_error(create_weight_matching(float_path, quant_path))
+    # onnxruntime's compute_weight_error fails on 0-d weights (a quantized scalar constant): the
+    # same SQNR, computed here on flattened arrays.
+    weights = {name: sqnr_db(np.ravel(m["float"]), np.ravel(m["dequantized"]))
+               for name, m in create_weight_matching(float_path, quant_path).items()}
     inputs_quantized = [Traced(f"input {name}", "QuantizeLinear", name, ()) for name in graph_inputs if name in sqnr]
     return inputs_quantized + _traced(onnx.load(quant_path, load_external_data=False), weights), sqnr
 
