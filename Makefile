@@ -37,7 +37,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python bench/bench_convert.py
 
-# int8 on real pretrained models (pip packages of the test extra) against the raw library calls.
+# int8 on real pretrained models (pip packages of sample_models/requirements.txt) against the raw library calls.
 bench-int8: setup
 	$(BIN)/python bench/bench_int8_real.py
 
