@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from edgekit.calibration.methods import mixed_scale
+
 _CLAMPS = ("hardtanh.default", "hardtanh_.default")
 _CLAMP_PRODUCERS = ("conv1d.default", "conv2d.default", "convolution.default", "linear.default", "add.Tensor")
 _MATMULS = ("matmul.default", "bmm.default")
@@ -108,7 +110,7 @@ class EdgeQuantizer:
         for node in model.graph.nodes:
             if node.name in self.keep_float:
                 _strip(node)
-        _drop_dangling_shares(model)
+        _drop_dangling_shares(model)  # specs shared with what the steps above unquantized
         return model
 
     def validate(self, model) -> None:
@@ -125,11 +127,6 @@ def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bo
             EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8, linears_2d=linears_2d)
 
     return _Quantizer()
-
-
-# A cat whose inputs' ranges differ by more than this stays float: at one shared int8 scale the
-# smaller part would keep fewer than 256/16 levels (a detector's class scores beside pixel boxes).
-MIXED_SCALE_RATIO = 16.0
 
 
 def mixed_scale_cats(module, samples) -> set[str]:
@@ -156,9 +153,7 @@ def mixed_scale_cats(module, samples) -> set[str]:
     with torch.no_grad():
         for args in samples:
             Ranges(module).run(*args)
-    return {name for name, spans in peaks.items()
-            if len([p for p in spans if p > 0]) > 1
-            and max(spans) / min(p for p in spans if p > 0) > MIXED_SCALE_RATIO}
+    return {name for name, spans in peaks.items() if mixed_scale(spans)}
 
 
 # --- graph rewrites (before annotation) ---------------------------------------------------------
@@ -256,14 +251,9 @@ def _set(node, input_qspec_map: dict, output_qspec=None) -> None:
                                                          output_qspec=output_qspec, _annotated=True)
 
 
-def _weight_spec(config):
-    """The config's weight spec, per output channel (axis 0) for tables as for linear weights."""
-    return config.weight
-
-
 def _annotate_embeddings(model, config) -> None:
     """Embedding tables: int8 weights (per row); the indices and the float result untouched."""
-    spec = _weight_spec(config)
+    spec = config.weight  # per output channel (axis 0): per row for a table
     if spec is None:
         return
     for node in model.graph.nodes:
@@ -356,7 +346,6 @@ def _unquantize_integer_derived(model) -> None:
                 del annotation.input_qspec_map[i]
                 if _name(node) in _COMBINERS:
                     annotation.output_qspec = None
-    _drop_dangling_shares(model)
 
 
 def _float_residual_stream(model, dynamic_act) -> None:
@@ -380,7 +369,6 @@ def _float_residual_stream(model, dynamic_act) -> None:
                 annotation.output_qspec = None
                 if _name(node) == "linear.default" and node.args[0] in annotation.input_qspec_map:
                     annotation.input_qspec_map[node.args[0]] = dynamic_act
-    _drop_dangling_shares(model)
 
 
 def _strip(node) -> None:

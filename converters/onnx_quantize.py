@@ -17,6 +17,7 @@ from pathlib import Path
 
 from edgekit import io_params
 from edgekit.artifact import ModelArtifact
+from edgekit.calibration.methods import mixed_scale
 from edgekit.errors import ConversionFailed, first_line
 from edgekit.formats import onnx_files
 from edgekit.registry import Converter
@@ -134,11 +135,6 @@ def _pre_process(model: Path, prepared: Path, work_dir: Path) -> None:
         os.chdir(cwd)
 
 
-# A concat whose inputs' ranges differ by more than this keeps float: at one int8 scale the
-# smaller part would keep fewer than 256/16 levels (a detector's class scores beside pixel boxes).
-MIXED_SCALE_RATIO = 16.0
-
-
 def mixed_scale_concats(model: Path, ranges) -> list[str]:
     """Names of the Concat nodes whose inputs span very different ranges (from calibration)."""
     import numpy as np
@@ -158,8 +154,7 @@ def mixed_scale_concats(model: Path, ranges) -> list[str]:
             elif name in ranges:
                 low, high = ranges[name].range_value
                 spans.append(float(max(abs(float(np.asarray(low).min())), abs(float(np.asarray(high).max())))))
-        spans = [x for x in spans if x > 0]
-        if len(spans) > 1 and max(spans) / min(spans) > MIXED_SCALE_RATIO:
+        if mixed_scale(spans):
             out.append(node.name)
     return out
 
