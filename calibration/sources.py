@@ -79,6 +79,7 @@ class CalibrationSpec:
     source: str
     samples: int | None = None
     preprocess: str | None = None
+    project: str | None = None  # module:function specs must name code of this folder (check configs)
 
     def __post_init__(self):
         if self.samples is not None and self.samples < 1:
@@ -101,7 +102,7 @@ def load_calibration(spec: CalibrationSpec, signature: Signature) -> tuple[Sampl
     elif path.is_dir():
         data = _from_directory(path, signature, ImagePreprocess.parse(spec.preprocess))
     elif IMPORT_SPEC.match(src):
-        data = _from_function(src, signature)
+        data = _from_function(src, signature, spec.project)
     else:
         raise BadInput(f"calibration data not found: {src}",
                        fix="give an .npz, a folder of .npy files or images, module:function, or random")
@@ -188,14 +189,14 @@ def _from_images(files: list[Path], signature: Signature, prep: ImagePreprocess,
     return validate({spec.name: np.stack(samples)}, signature, what=what, source=source)
 
 
-def _from_function(spec: str, signature: Signature) -> SampleSet:
+def _from_function(spec: str, signature: Signature, project: str | None = None) -> SampleSet:
     from edgekit.loading import import_spec
 
-    fn = import_spec(spec, "calibration function")
+    fn = import_spec(spec, "calibration function", project)
     try:
         produced = fn() if callable(fn) else fn
         items = list(produced)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise BadInput(f"calibration function {spec} failed: {type(e).__name__}: {first_line(e)}") from None
     names = signature.input_names
     per_input: dict[str, list] = {n: [] for n in names}

@@ -28,6 +28,6 @@ def convert(source: str, targets=("all",), **options):
     from edgekit.loading import SourceOptions
     from edgekit.pipeline import ConvertRequest, convert as run
 
-    source_keys = {"trust_pickle", "model_class", "input_shapes", "example_inputs"}
+    source_keys = {"trust_pickle", "model_class", "input_shapes", "example_inputs", "trust_model_code"}
     src_opts = SourceOptions(**{k: options.pop(k) for k in list(options) if k in source_keys})
     return run(ConvertRequest(source, tuple(targets), source_options=src_opts, **options))

@@ -53,8 +53,18 @@ class ModelCheck:
     budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
     artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
 
+    project: str | None = None  # the config's folder: import specs must name its modules
+
     def budget(self, precision: str) -> dict:
         return {**self.budgets.get("*", {}), **self.budgets.get(precision, {})}
+
+    def source_options(self, trust=None):
+        """How to open this model: its input shapes and project from the config, trust from the command line."""
+        from edgekit.loading import SourceOptions
+
+        return SourceOptions(trust_pickle=bool(trust and trust.trust_pickle),
+                             trust_model_code=bool(trust and trust.trust_model_code),
+                             input_shapes=self.input_shape, project=self.project)
 
 
 def load_config(path: str | Path) -> tuple[ModelCheck, ...]:
@@ -126,7 +136,7 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         name=str(m.get("name") or Path(m["path"]).stem), path=rel("path"), targets=strings("targets", []),
         precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
         input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
-        budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts,
+        budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
     )
 
 
@@ -180,13 +190,15 @@ class Case:
                 "task_accuracy": self.task_accuracy, "sha256": self.hashes, "tool_versions": self.tool_versions}
 
 
-def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attribution: str = "failing") -> list[Case]:
+def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attribution: str = "failing",
+               trust=None) -> list[Case]:
     """Convert (or take the given artifacts) and verify every model × precision; judge each against its budgets.
 
     `attribution`: for which int8 cases to rank the layers by drift — "failing", "all" or "none".
+    `trust`: a SourceOptions whose trust_pickle/trust_model_code come from the command line (never
+    from the config, which a pull request may change).
     """
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.loading import SourceOptions
     from edgekit.pipeline import ConvertRequest, convert, verify_artifacts
 
     cases = []
@@ -195,8 +207,8 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
             return ConvertRequest(
                 m.path, m.targets or ("all",), str(Path(out_dir) / m.name / precision), precision=precision,
                 eval_data=m.eval, thresholds=_metric_limits(m.budget(precision)),
-                source_options=SourceOptions(input_shapes=m.input_shape),
-                calibration=CalibrationSpec(m.calibration) if m.calibration and precision == "int8" else None,
+                source_options=m.source_options(trust),
+                calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == "int8" else None,
                 calib_method=m.calib_method,
             )
 
@@ -209,7 +221,7 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
             for precision in m.precisions:
                 result = convert(request(precision), progress)
                 judged += [_judge(m, r, result, precision) for r in result.artifacts]
-        cases += [_attribute(m, c, progress) if _wants_layers(c, attribution) else c for c in judged]
+        cases += [_attribute(m, c, progress, trust) if _wants_layers(c, attribution) else c for c in judged]
     return cases
 
 
@@ -246,18 +258,18 @@ def _wants_layers(c: Case, attribution: str) -> bool:
     return c.precision == "int8" and (attribution == "all" or (attribution == "failing" and c.status == "fail"))
 
 
-def _attribute(m: ModelCheck, c: Case, progress) -> Case:
+def _attribute(m: ModelCheck, c: Case, progress, trust=None) -> Case:
     """The case with its layers ranked by the SQNR they lose, or a note saying why there are none."""
     from dataclasses import replace
 
     from edgekit.attribution import attribute
     from edgekit.calibration.sources import CalibrationSpec
     from edgekit.errors import EdgekitError
-    from edgekit.loading import SourceOptions
 
     try:
-        layers = attribute(c.path, m.path, source_options=SourceOptions(input_shapes=m.input_shape),
-                           eval_data=m.eval, calibration=CalibrationSpec(m.calibration) if m.calibration else None,
+        layers = attribute(c.path, m.path, source_options=m.source_options(trust),
+                           eval_data=m.eval,
+                           calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration else None,
                            method=m.calib_method, progress=progress)
     except EdgekitError as e:
         return replace(c, layers_note=f"no per-layer attribution: {e}")

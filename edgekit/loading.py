@@ -6,6 +6,7 @@ Only this module and the converters touch torch; it is imported lazily, when a m
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -32,22 +33,64 @@ class SourceOptions:
     model_class: str | None = None
     input_shapes: tuple[str, ...] = ()
     example_inputs: str | None = None
+    trust_model_code: bool = False  # TF graphs with file-system, process or Python-callback ops
+    project: str | None = None  # import specs must name modules of this folder (set for check configs)
 
 
-def import_spec(spec: str, what: str) -> Any:
+def import_spec(spec: str, what: str, project: str | Path | None = None) -> Any:
+    """Resolve `package.module:name`.
+
+    With `project` (a check config's folder, whose specs come from a pull request), the module must
+    be a file of that folder: a standard-library or installed module (`sys:exit`, `os:system`) is
+    refused before anything is imported.
+    """
     module_name, _, attr = spec.partition(":")
     if not attr:
         raise BadInput(f"{what} {spec!r} is not an import spec", fix="write it as package.module:name")
-    if "" not in sys.path and str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
+    root = Path(project).resolve() if project is not None else Path.cwd()
+    if project is not None:
+        _refuse_outside(module_name, root, spec, what)
+    if str(root) not in sys.path and (project is not None or "" not in sys.path):
+        sys.path.insert(0, str(root))
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise BadInput(f"cannot import {module_name!r} for {what} {spec}: {e}", fix="check the module is on PYTHONPATH") from None
+    except (Exception, SystemExit) as e:
+        raise BadInput(f"importing {module_name!r} for {what} {spec} failed: {type(e).__name__}: {first_line(e)}") from None
+    if project is not None:
+        _refuse_outside(module_name, root, spec, what, module)
     try:
         return getattr(module, attr)
     except AttributeError:
         raise BadInput(f"{module_name} has no attribute {attr!r} ({what} {spec})") from None
+
+
+def _refuse_outside(module_name: str, root: Path, spec: str, what: str, module: Any = None) -> None:
+    """BadInput unless `module_name` (or the imported `module`) is a Python file under `root`."""
+    top = module_name.split(".")[0]
+    if module is not None:
+        where = getattr(module, "__file__", None)
+        inside = where is not None and Path(where).resolve().is_relative_to(root)
+    elif top in sys.stdlib_module_names or top in sys.builtin_module_names:
+        inside = False
+    else:
+        found = importlib.machinery.PathFinder.find_spec(top, [str(root)])
+        loaded = sys.modules.get(top)
+        shadowed = loaded is not None and not Path(getattr(loaded, "__file__", None) or "/").resolve().is_relative_to(root)
+        inside = found is not None and found.origin is not None and not shadowed
+    if not inside:
+        raise BadInput(f"{what} {spec} names a module outside the project folder {root} (a standard-library or "
+                       "installed module); a check config may only name its own project's code",
+                       fix=f"put the function in a module under {root}, or give a data file instead")
+
+
+def call_user(fn: Any, what: str) -> Any:
+    """Call a user's factory or data function; its errors, and sys.exit() inside it, become BadInput."""
+    try:
+        return fn() if callable(fn) else fn
+    except (Exception, SystemExit) as e:
+        raise BadInput(f"{what} failed: {type(e).__name__}: {first_line(e)}") from None
 
 
 class Source(Protocol):
@@ -128,7 +171,7 @@ def open_source(location: str, options: SourceOptions = SourceOptions()) -> Sour
     if family == "tf":
         from edgekit.tf_source import open_tf
 
-        return open_tf(fmt, location, _declared_inputs(options))
+        return open_tf(fmt, location, _declared_inputs(options), trust_model_code=options.trust_model_code)
     if family != "torch":
         raise BadInput(f"{location} is a {FORMATS[fmt].description}, which edgekit does not convert from",
                        fix="give a PyTorch (.pt2, .pt, module:factory), TensorFlow/Keras (SavedModel, .keras, .h5) "
@@ -225,8 +268,8 @@ def _load_module(fmt: str, location: str, options: SourceOptions):
     import torch
 
     if fmt == "torch-python":
-        factory = import_spec(location, "model factory")
-        model = factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
+        factory = import_spec(location, "model factory", options.project)
+        model = factory if isinstance(factory, torch.nn.Module) else call_user(factory, f"model factory {location}")
         if not isinstance(model, torch.nn.Module):
             raise BadInput(f"{location} returned {type(model).__name__}, not a torch.nn.Module")
         return model
@@ -255,8 +298,8 @@ def _load_module(fmt: str, location: str, options: SourceOptions):
         if not options.model_class:
             raise BadInput(f"{location} holds a state_dict (weights without the model)",
                            fix="pass --model-class package.module:Class to build the model they belong to")
-        cls = import_spec(options.model_class, "--model-class")
-        model = cls()
+        cls = import_spec(options.model_class, "--model-class", options.project)
+        model = call_user(cls, f"--model-class {options.model_class}")
         try:
             model.load_state_dict(obj, strict=True)
         except RuntimeError as e:

@@ -48,7 +48,8 @@ class TfSource:
         return path
 
 
-def open_tf(fmt: str, location: str, declared: tuple[TensorSpec, ...] | None) -> TfSource:
+def open_tf(fmt: str, location: str, declared: tuple[TensorSpec, ...] | None, *,
+            trust_model_code: bool = False) -> TfSource:
     require("tf", f"reading {location}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if fmt == "keras":

@@ -23,6 +23,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+TRUST_PICKLE = "Allow unpickling a full module, or a .pt2 member that is not plain tensors (runs its code)."
+TRUST_CODE = "Allow a TensorFlow graph with file-system, process or Python-callback ops (runs them)."
+
 _state = {"debug": bool(os.environ.get("EDGEKIT_DEBUG"))}
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,7 +92,8 @@ def convert(
     as_json: Annotated[bool, typer.Option("--json", help="Write the JSON report to stdout; human output to stderr.")] = False,
     input_shape: Annotated[list[str], typer.Option("--input-shape", help="NAME=1,3,224,224 (repeat per input).")] = [],
     example_inputs: Annotated[Optional[Path], typer.Option("--example-inputs", help=".npz with one example per input.")] = None,
-    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help="Allow unpickling a full module (runs its code).")] = False,
+    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help=TRUST_PICKLE)] = False,
+    trust_model_code: Annotated[bool, typer.Option("--trust-model-code", help=TRUST_CODE)] = False,
     model_class: Annotated[Optional[str], typer.Option("--model-class", help="module:Class for a state_dict.")] = None,
     threshold: Annotated[list[str], typer.Option("--threshold", help="Override a metric threshold, e.g. cosine=0.999.")] = [],
 ):
@@ -113,7 +117,7 @@ def convert(
         calib_method=calib_method, int8_io=int8_io,
         eval_data=str(eval_data) if eval_data else None, thresholds=parse_thresholds(threshold),
         source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
-                                     str(example_inputs) if example_inputs else None),
+                                     str(example_inputs) if example_inputs else None, trust_model_code),
     )
     result = run(request, progress=reporter.step)
     if as_json:
@@ -189,6 +193,8 @@ def layers(
     input_shape: Annotated[list[str], typer.Option("--input-shape", help="NAME=1,3,224,224 (repeat per input).")] = [],
     top: Annotated[int, typer.Option("--top", help="How many layers to show (all with --json).")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Write every layer as JSON (edgekit.layers/1) to stdout.")] = False,
+    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help=TRUST_PICKLE)] = False,
+    trust_model_code: Annotated[bool, typer.Option("--trust-model-code", help=TRUST_CODE)] = False,
 ):
     """Which layers of an int8 artifact lose the most signal: SQNR per layer against the float model."""
     from edgekit.attribution import attribute
@@ -196,7 +202,8 @@ def layers(
     from edgekit.cli.render import Reporter
     from edgekit.loading import SourceOptions
 
-    ranked = attribute(str(artifact), str(source), source_options=SourceOptions(input_shapes=tuple(input_shape)),
+    ranked = attribute(str(artifact), str(source), source_options=SourceOptions(trust_pickle=trust_pickle, input_shapes=tuple(input_shape),
+                                                  trust_model_code=trust_model_code),
                        eval_data=str(eval_data) if eval_data else None,
                        calibration=CalibrationSpec(calib) if calib else None, method=calib_method,
                        progress=Reporter(_stderr()).step)
@@ -220,6 +227,8 @@ def check(
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Baseline JSON (default: edgekit.baseline.json beside the config).")] = None,
     update_baseline: Annotated[bool, typer.Option("--update-baseline", help="Write this run's results as the baseline.")] = False,
     attribution: Annotated[str, typer.Option("--attribution", help="Rank the layers of int8 artifacts by drift: failing (cases), all, or none.")] = "failing",
+    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help=TRUST_PICKLE)] = False,
+    trust_model_code: Annotated[bool, typer.Option("--trust-model-code", help=TRUST_CODE)] = False,
 ):
     """The CI gate: convert and verify what the config lists; exit 1 when a budget is broken."""
     from edgekit import check as gate
@@ -230,7 +239,10 @@ def check(
         raise BadInput(f"--attribution {attribution!r}", fix="use failing, all or none")
     models = gate.load_config(config)
     reporter = Reporter(_stderr())
-    cases = gate.run_checks(models, str(out), progress=reporter.step, attribution=attribution)
+    from edgekit.loading import SourceOptions
+
+    trust = SourceOptions(trust_pickle=trust_pickle, trust_model_code=trust_model_code)
+    cases = gate.run_checks(models, str(out), progress=reporter.step, attribution=attribution, trust=trust)
     baseline = baseline or config.with_name("edgekit.baseline.json")
     if update_baseline:
         gate.write_baseline(cases, baseline)
