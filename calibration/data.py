@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.errors import BadInput
+from edgekit.errors import BadInput, reading
 from edgekit.signature import Signature
 
 LABELS = "labels"
@@ -47,11 +47,9 @@ def load_samples(path: str | Path, signature: Signature, *, what: str = "eval da
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{what} not found: {path}")
-    try:
+    with reading(path, what, fix="save it as an .npz of arrays with numpy.savez"):
         with np.load(path, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError) as e:
-        raise BadInput(f"cannot read {what} {path}: {e}", fix="save it with numpy.savez") from None
     labels = arrays.pop(LABELS, None)
     names = signature.input_names
     positional = [f"input_{i}" for i in range(len(names))]

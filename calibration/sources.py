@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.calibration.data import SampleSet, load_samples, random_samples, validate
-from edgekit.errors import BadInput, first_line
+from edgekit.errors import BadInput, first_line, reading
 from edgekit.formats import IMPORT_SPEC
 from edgekit.signature import Signature
 
@@ -142,10 +142,8 @@ def _stack_npys(files: list[Path], what: str) -> np.ndarray:
         raise BadInput(f"{what} holds no .npy files")
     arrays = []
     for f in files:
-        try:
+        with reading(f, "a .npy array", fix="save each sample with numpy.save"):
             arrays.append(np.load(f, allow_pickle=False))
-        except (ValueError, OSError) as e:
-            raise BadInput(f"{what}: cannot read {f.name}: {e}") from None
     shapes = {a.shape for a in arrays}
     if len(shapes) != 1:
         raise BadInput(f"{what}: the .npy files have different shapes {sorted(shapes)}",
@@ -175,12 +173,10 @@ def _from_images(files: list[Path], signature: Signature, prep: ImagePreprocess,
         raise BadInput(f"{what}: mean/std need 1 or {channels} values")
     samples = []
     for f in files:
-        try:
+        with reading(f, "an image", fix="remove or replace the damaged image"):
             with Image.open(f) as img:
                 img = img.convert("L" if color == "gray" else "RGB").resize((w, h), Image.BILINEAR)
                 arr = np.asarray(img, np.float32)
-        except OSError as e:
-            raise BadInput(f"{what}: cannot read image {f.name}: {first_line(e)}") from None
         arr = arr[..., None] if arr.ndim == 2 else arr  # H, W, C
         arr = (arr * prep.scale - mean) / std
         if layout == "NCHW":

@@ -26,16 +26,18 @@ Every problem in the config is a BadInput naming the key.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.errors import BadInput
+from edgekit.errors import BadInput, reading
 from edgekit.registry import PRECISIONS
 from edgekit.verify import HIGHER_IS_BETTER
 
 SCHEMA = "edgekit.check/1"
 BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *HIGHER_IS_BETTER}
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
 MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
               "budgets", "artifacts"}
 
@@ -73,7 +75,9 @@ def load_config(path: str | Path) -> tuple[ModelCheck, ...]:
     if not path.is_file():
         raise BadInput(f"check config not found: {path}", fix="write an edgekit.toml (see README, CI gate)")
     try:
-        raw = tomllib.loads(path.read_text())
+        with reading(path, "a check config (UTF-8 TOML)"):
+            text = path.read_text(encoding="utf-8")
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{path} is not valid TOML: {e}") from None
     unknown = set(raw) - {"models"}
@@ -83,7 +87,15 @@ def load_config(path: str | Path) -> tuple[ModelCheck, ...]:
     if not isinstance(models, list) or not models:
         raise BadInput(f"{path}: no [[models]] listed", fix="add at least one [[models]] table")
     base = path.parent
-    return tuple(_model(m, i, base, path) for i, m in enumerate(models))
+    if not all(isinstance(m, dict) for m in models):
+        raise BadInput(f"{path}: every entry of models must be a [[models]] table")
+    checks = tuple(_model(m, i, base, path) for i, m in enumerate(models))
+    names = [c.name for c in checks]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise BadInput(f"{path}: more than one model is named {', '.join(map(repr, twice))}; each name is its own "
+                       "folder under --out", fix="give each [[models]] a distinct name")
+    return checks
 
 
 def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
@@ -115,6 +127,12 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
             raise BadInput(f"{where}.{key} must be a list of strings")
         return tuple(value)
 
+    if not isinstance(m["path"], str):
+        raise BadInput(f"{where}.path must be a string")
+    name = m.get("name") or Path(m["path"]).stem
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise BadInput(f"{where}.name {name!r} is not a plain name: it names the model's folder under --out",
+                       fix="use letters, digits, '_', '-' and '.', starting with a letter or digit (at most 64)")
     artifacts = tuple(str(base / a) for a in strings("artifacts", []))
     if "artifacts" in m and ("targets" in m or "precisions" in m):
         raise BadInput(f"{where}: give either 'artifacts' or 'targets'/'precisions', not both",
@@ -133,7 +151,7 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
     if "int8" in precisions and not m.get("calibration") and not artifacts:
         raise BadInput(f"{where}: int8 needs 'calibration'", fix="point calibration at an .npz of real inputs")
     return ModelCheck(
-        name=str(m.get("name") or Path(m["path"]).stem), path=rel("path"), targets=strings("targets", []),
+        name=name, path=rel("path"), targets=strings("targets", []),
         precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
         input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
@@ -244,12 +262,12 @@ def _judge(m: ModelCheck, r, result, precision: str) -> Case:
                                f"{budget['max_accuracy_drop'] * 100:.2f} ({acc['reference']:.4f} → {acc['artifact']:.4f})")
             if acc["artifact"] < budget.get("min_accuracy", -1):
                 reasons.append(f"accuracy {acc['artifact']:.4f} < budget {budget['min_accuracy']:.4f}")
-    if r.artifact.bytes > budget.get("max_bytes", float("inf")):
-        reasons.append(f"size {r.artifact.bytes} bytes > budget {int(budget['max_bytes'])}")
-    hashes = {"artifact": r.artifact.sha256, "model": result.source_sha256,
+    if r.bytes > budget.get("max_bytes", float("inf")):
+        reasons.append(f"size {r.bytes} bytes > budget {int(budget['max_bytes'])}")
+    hashes = {"artifact": r.sha256, "model": result.source_sha256,
               "calibration": _file_sha256(m.calibration) if m.calibration and precision == "int8" else None}
     return Case(m.name, r.target, precision, "fail" if reasons else "pass", tuple(reasons),
-                r.artifact.bytes, r.verdict.metrics, acc, r.artifact.path,
+                r.bytes, r.verdict.metrics, acc, r.artifact.path,
                 r.artifact.meta.get("seconds") or 0.0, hashes, dict(r.artifact.meta.get("tool_versions", {})),
                 budget=budget)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import re
+from typing import Iterator
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -63,3 +66,54 @@ def first_line(e: BaseException) -> str:
     """The first line of an exception's message, without terminal colour codes."""
     text = _ANSI.sub("", str(e)).strip()
     return text.splitlines()[0] if text else type(e).__name__
+
+
+# OS errors that say the environment, not edgekit, stopped the work: each is a usage error (exit 2).
+_ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC: ("no space left on the device", "free some space, or give --out on another disk"),
+    errno.EDQUOT: ("the disk quota is exhausted", "free some space, or give --out on another disk"),
+    errno.EACCES: ("permission denied", "choose a path you can write to, or fix its permissions"),
+    errno.EPERM: ("operation not permitted", "choose a path you can write to, or fix its permissions"),
+    errno.EROFS: ("the file system is read-only", "choose a writable path"),
+    errno.ENAMETOOLONG: ("the path is too long", "use a shorter path"),
+}
+
+
+def environment_error(e: BaseException) -> BadInput | None:
+    """A BadInput for an OSError the environment caused (full disk, no permission, a path too long), naming
+    the file; None for any other exception. Looks through chained causes, as converters wrap errors."""
+    seen = 0
+    while e is not None and seen < 16:
+        if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
+            what, fix = _ENVIRONMENT_ERRNOS[e.errno]
+            where = f" writing {e.filename}" if e.filename else ""
+            return BadInput(f"{what}{where}", fix=fix)
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
+
+
+@contextlib.contextmanager
+def reading(path, what: str, fix: str | None = None) -> Iterator[None]:
+    """Turn whatever a reader raises on a damaged or unreadable file into BadInput naming the file.
+
+    Wrap only the call that parses `path` (numpy, a flatbuffer or protobuf reader, an unzipper): any
+    exception such a reader raises on bytes it cannot make sense of — BadZipFile, zlib.error,
+    struct.error, UnicodeDecodeError, an IndexError deep in a flatbuffer — means the file is damaged,
+    and the user's fix is the same: give an intact file.
+    """
+    try:
+        yield
+    except EdgekitError:
+        raise
+    except MemoryError:
+        raise BadInput(f"cannot read {what} {path}: it claims more memory than there is (damaged?)",
+                       fix=fix or "give an intact file") from None
+    except OSError as e:
+        env = environment_error(e)
+        if env is not None:
+            raise BadInput(f"cannot read {what} {path}: {env.message}", fix=env.fix) from None
+        raise BadInput(f"cannot read {what} {path}: {type(e).__name__}: {first_line(e)}",
+                       fix=fix or "give an intact file") from None
+    except Exception as e:
+        raise BadInput(f"cannot read {what} {path}, it is damaged or of another kind: {type(e).__name__}: "
+                       f"{first_line(e)}", fix=fix or "give an intact file (re-save or re-copy it)") from None

@@ -7,7 +7,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.errors import BadInput
+from edgekit.errors import BadInput, reading
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,11 @@ def detect(location: str | Path) -> str:
     Raises BadInput with the reason when the location is missing, empty, truncated, or holds
     something edgekit does not read, and when the content contradicts the extension.
     """
-    text = str(location)
+    with reading(location, "a model file"):
+        return _detect(str(location))
+
+
+def _detect(text: str) -> str:
     path = Path(text)
     if not path.exists():
         if IMPORT_SPEC.match(text):
@@ -161,16 +165,22 @@ def _onnx_if_parsable(path: Path) -> str | None:
 
 
 def onnx_files(path: Path) -> tuple[str, ...]:
-    """The model file and every external-data file it references."""
+    """The model file and every external-data file it references, which must lie in the model's folder."""
     import onnx
     from onnx.external_data_helper import uses_external_data
 
+    path = Path(path)
     model = onnx.load(str(path), load_external_data=False)
+    folder = path.parent.resolve()
     sidecars = set()
     for tensor in model.graph.initializer:
         if uses_external_data(tensor):
             for entry in tensor.external_data:
                 if entry.key == "location":
+                    if not (folder / entry.value).resolve().is_relative_to(folder) or Path(entry.value).is_absolute():
+                        raise BadInput(f"{path} names external data outside its folder ({entry.value!r} for "
+                                       f"{tensor.name!r}); edgekit reads nothing a model points to elsewhere",
+                                       fix="keep the model's .data files beside it (onnx.save with location=a plain file name)")
                     sidecars.add(str(path.parent / entry.value))
     return (str(path), *sorted(sidecars))
 
@@ -195,6 +205,19 @@ def artifact_files(fmt: str, path: str | Path) -> tuple[str, ...]:
     if sidecar.is_file():
         files.append(str(sidecar))
     return tuple(dict.fromkeys(files))
+
+
+def side_file_names(fmt: str, path: str | Path) -> tuple[str, ...]:
+    """The names of the side files edgekit may write beside an artifact at `path` (present or not)."""
+    from edgekit import io_params
+
+    path = Path(path)
+    names = [io_params.sidecar(path).name]
+    if fmt == "onnx":
+        names.append(path.name + ".data")
+    if fmt == "ort":
+        names.append(path.stem + ORT_CONFIG_SUFFIX)
+    return tuple(names)
 
 
 def split_name(path: Path) -> tuple[str, str | None]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 SUFFIX = ".io.json"
+INTEGER_DTYPES = ("int8", "uint8", "int16")
 
 
 def sidecar(artifact_path: str | Path) -> Path:
@@ -30,8 +31,22 @@ def write(artifact_path: str | Path, inputs: list[dict | None], outputs: list[di
 
 
 def read(artifact_path: str | Path) -> dict | None:
+    """The sidecar of `artifact_path`, or None; a damaged one is a BadInput naming it."""
+    from edgekit.errors import BadInput, reading
+
     path = sidecar(artifact_path)
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    with reading(path, "an integer-I/O sidecar (JSON)", fix="remove it, or convert again with --int8-io"):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        ok = isinstance(doc, dict) and all(isinstance(doc.get(k), list) for k in ("inputs", "outputs"))
+        ok = ok and all(e is None or (isinstance(e, dict) and isinstance(e.get("scale"), (int, float))
+                                      and isinstance(e.get("zero_point"), int) and e.get("dtype") in INTEGER_DTYPES)
+                        for k in ("inputs", "outputs") for e in doc[k])
+    if not ok:
+        raise BadInput(f"{path} is not an integer-I/O sidecar: it needs 'inputs' and 'outputs' lists of "
+                       "{name, dtype, scale, zero_point} or null", fix="remove it, or convert again with --int8-io")
+    return doc
 
 
 def quantize(x: np.ndarray, scale: float, zero_point: int, dtype) -> np.ndarray:

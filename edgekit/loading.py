@@ -17,7 +17,7 @@ import numpy as np
 
 from edgekit.artifact import ModelArtifact
 from edgekit.deps import require
-from edgekit.errors import BadInput, first_line
+from edgekit.errors import BadInput, first_line, reading
 from edgekit.formats import FORMATS, detect
 from edgekit.signature import Signature, TensorSpec, check_against, parse_input_shapes
 
@@ -186,7 +186,7 @@ def _open_torch(fmt: str, location: str, options: SourceOptions) -> TorchSource:
     declared = _declared_inputs(options)
     exported = None
     if fmt == "torch-export":
-        exported = _load_exported(location)
+        exported = _load_exported(location, options.trust_pickle)
         module = exported.module()
         sig = _signature_of_exported(exported, declared, location)
     else:
@@ -216,19 +216,24 @@ def _declared_inputs(options: SourceOptions) -> tuple[TensorSpec, ...] | None:
         path = Path(options.example_inputs)
         if not path.is_file():
             raise BadInput(f"example inputs not found: {path}")
-        try:
+        with reading(path, "example inputs", fix="save them as an .npz of arrays with numpy.savez"):
             with np.load(path, allow_pickle=False) as data:
                 return tuple(TensorSpec(k, tuple(int(d) for d in data[k].shape), str(data[k].dtype)) for k in data.files)
-        except (ValueError, OSError) as e:
-            raise BadInput(f"cannot read example inputs {path}: {e}", fix="save them with numpy.savez") from None
     return None
 
 
-def _load_exported(location: str):
+def _load_exported(location: str, trust_pickle: bool = False):
+    """The ExportedProgram of a .pt2. Untrusted, every pickled member of the archive goes through torch's
+    weights-only unpickler (edgekit.safe_pt2; torch.export.load would fully unpickle some of them);
+    with trust_pickle, torch.export.load reads it as it stands."""
     import torch
 
+    from edgekit.safe_pt2 import load_exported_program
+
     try:
-        return torch.export.load(location)
+        return torch.export.load(location) if trust_pickle else load_exported_program(location)
+    except BadInput:
+        raise
     except Exception as e:  # torch raises many types for a damaged archive
         raise BadInput(f"{location} cannot be read as an ExportedProgram: {first_line(e)}",
                        fix="re-save it with torch.export.save") from None

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from contextlib import contextmanager
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -25,10 +26,11 @@ from edgekit.calibration.sources import CalibrationSpec
 from edgekit.errors import BadInput
 from edgekit.graph import Graph, Plan
 from edgekit.loading import Source, SourceOptions
-from edgekit.quiet import captured, temp_files_in
+from edgekit.quiet import captured, private_dir, temp_files_in
 from edgekit.verify import THRESHOLDS, Verdict, compare
 
 SCHEMA = "edgekit.convert/1"
+TMP_PREFIX = ".edgekit-tmp-"
 RANDOM_SAMPLES = 16
 
 Progress = Callable[[str], None]
@@ -59,15 +61,24 @@ class ConvertRequest:
 
 @dataclass(frozen=True)
 class ArtifactResult:
+    """One verified artifact. `bytes` and `sha256` are of the files as verified (measured before they were
+    placed), so a later run into the same folder cannot change what this result reports."""
+
     target: str
     artifact: ModelArtifact
     verdict: Verdict
+    bytes: int
+    sha256: str
+
+    @classmethod
+    def measured(cls, target: str, artifact: ModelArtifact, verdict: Verdict) -> "ArtifactResult":
+        return cls(target, artifact, verdict, artifact.bytes, artifact.sha256)
 
     def to_json(self) -> dict:
         a = self.artifact
         out = {
             "target": self.target, "precision": a.precision, "format": a.format, "path": a.path,
-            "files": list(a.files), "bytes": a.bytes, "sha256": a.sha256,
+            "files": list(a.files), "bytes": self.bytes, "sha256": self.sha256,
             "route": list(a.meta.get("route", [])), "tool_versions": dict(a.meta.get("tool_versions", {})),
             "seconds": a.meta.get("seconds"), "calibration": a.meta.get("calibration"),
             "verification": self.verdict.to_json(),
@@ -156,17 +167,19 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
     created = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+        # Every library's temporary files go to a private folder inside --out, removed at the end
+        # (and, if this process is killed, by the next run into the same folder).
+        run_tmp = Path(private_dir(out_dir, TMP_PREFIX))
     except OSError as e:
-        raise BadInput(f"cannot create output folder {out_dir}: {e.strerror}") from None
-    # Every library's temporary files go to a private folder inside --out, removed at the end.
-    run_tmp = Path(tempfile.mkdtemp(prefix=".edgekit-tmp-", dir=out_dir))
+        raise BadInput(f"cannot write into the output folder {out_dir}: {e.strerror}",
+                       fix="give --out a folder you can write to") from None
     try:
         with temp_files_in(run_tmp):
             source_model, calib, held_out, samples, reference = _reference(req, calibrated, warnings, say)
             selection = None
             if req.calib_method == AUTO and held_out is not None:
                 selection = (held_out, reference if held_out is samples else _run_reference(source_model, held_out))
-            job = _Job(source_model, req, calib, selection, thresholds, out_dir, _stem(req.source), say)
+            job = _Job(source_model, req, calib, selection, thresholds, out_dir, run_tmp, _stem(req.source), say)
             results = [job.run(target, plan, samples, reference) for target, plan in plans]
     finally:
         shutil.rmtree(run_tmp, ignore_errors=True)
@@ -212,10 +225,11 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
     An artifact's precision comes from its name (model.int8.tflite) or else from its weights; its
     thresholds are edgekit's for that precision updated with `thresholds_for(precision)`.
     """
+    from edgekit.errors import reading
     from edgekit.formats import artifact_files, detect, split_name
     from edgekit.runners import run_isolated
     from edgekit.targets import TARGETS, by_format
-    from edgekit.targets.inspection import precision_from_inspection
+    from edgekit.targets.inspection import inspect_artifact, precision_from_inspection
 
     say = progress or (lambda _msg: None)
     formats = {}
@@ -231,16 +245,18 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
     results = []
     for p, fmt in formats.items():
         target = by_format(fmt)
-        artifact = ModelArtifact(fmt, str(p), source.signature, files=artifact_files(fmt, p),
-                                 meta={"route": ["given"], "seconds": 0.0})
+        with reading(p, f"a {fmt} artifact"):  # as `edgekit report` reads it: a damaged file is named here
+            inspection = inspect_artifact(fmt, str(p)).to_json()
+            files = artifact_files(fmt, p)
+        artifact = ModelArtifact(fmt, str(p), source.signature, files=files, meta={"route": ["given"], "seconds": 0.0})
         say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
-        outputs, inspection = run_isolated(artifact, samples.inputs, inspect=True)
+        outputs, _ = run_isolated(artifact, samples.inputs, given=True)
         named = split_name(Path(p))[1]
         precision = named or precision_from_inspection(inspection["weight_bytes_by_dtype"],
                                                        inspection["int8_weight_share"])
         thresholds = {**THRESHOLDS.get(precision, {}), **(thresholds_for(precision) if thresholds_for else {})}
         verdict = compare(reference, outputs, thresholds, samples.labels, inspection)
-        results.append(ArtifactResult(target.name, artifact.evolve(precision=precision), verdict))
+        results.append(ArtifactResult.measured(target.name, artifact.evolve(precision=precision), verdict))
     return ConvertResult(source, source.sha256 if source.files else None, tuple(results), tuple(warnings))
 
 
@@ -252,13 +268,14 @@ class _Job:
     selection: tuple | None  # (held-out samples, their reference outputs) for --calib-method auto
     thresholds: dict
     out_dir: Path
+    work: Path  # the run's private folder inside out_dir: artifacts are built there, then placed
     stem: str
     say: Progress
 
     def run(self, target, plan: Plan, samples: SampleSet, reference: list) -> ArtifactResult:
         from edgekit.runners import run_isolated
 
-        tmp = Path(tempfile.mkdtemp(prefix=".edgekit-tmp-", dir=self.out_dir))
+        tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=self.work))
         try:
             step = quantizing_step(plan)
             calibration = None
@@ -276,9 +293,10 @@ class _Job:
             started = time.perf_counter()
             outputs, inspection = run_isolated(artifact, samples.inputs, inspect=True)
             verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection)
-            artifact = _place(artifact, self.out_dir)
+            measured = ArtifactResult.measured(target.name, artifact, verdict)
+            placed = replace(measured, artifact=_place(artifact, self.out_dir))
             self.say(f"{target.name}: {verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
-            return ArtifactResult(target.name, artifact, verdict)
+            return placed
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -338,13 +356,44 @@ def _run_reference(source: Source, samples) -> list[np.ndarray]:
 
 
 def _place(artifact: ModelArtifact, out_dir: Path) -> ModelArtifact:
-    """Move the artifact's files from the temporary folder into the output folder."""
-    placed = []
-    for f in artifact.files:
-        dest = out_dir / Path(f).name
-        os.replace(f, dest)
-        placed.append(str(dest))
-    return artifact.evolve(path=str(out_dir / Path(artifact.path).name), files=tuple(placed))
+    """Move the artifact's files, as a set, from the temporary folder into the output folder.
+
+    Under a lock on the folder (two runs into one --out place one set after the other), side files an
+    earlier artifact of the same name left there and this one does not have (an `.io.json`, external
+    data) are removed, then the side files are renamed into place and the model file last.
+    """
+    from edgekit.formats import artifact_files, side_file_names
+
+    main = Path(artifact.path).name
+    names = [Path(f).name for f in artifact.files]
+    with _locked(out_dir):
+        old = out_dir / main
+        earlier = set(side_file_names(artifact.format, old))
+        if old.is_file():
+            try:
+                earlier |= {Path(f).name for f in artifact_files(artifact.format, old)[1:]}
+            except Exception:  # an unreadable earlier file: its conventional side files still go
+                pass
+        for name in earlier - set(names):
+            stale = out_dir / name
+            if stale.parent == out_dir and stale.is_file():
+                stale.unlink()
+        for f in sorted(artifact.files, key=lambda f: Path(f).name == main):
+            os.replace(f, out_dir / Path(f).name)
+    return artifact.evolve(path=str(out_dir / main), files=tuple(str(out_dir / n) for n in names))
+
+
+@contextmanager
+def _locked(folder: Path):
+    """An exclusive lock on `folder` among edgekit processes (flock on the directory; no lock file)."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _stem(source: str) -> str:

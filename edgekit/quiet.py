@@ -51,3 +51,35 @@ def temp_files_in(folder) -> Iterator[None]:
             os.environ.pop("TMPDIR", None)
         else:
             os.environ["TMPDIR"] = saved_env
+
+
+def private_dir(parent, prefix: str) -> str:
+    """A new private folder `<prefix><pid>-<random>` in `parent`. The process id lets a later run tell
+    the folders of a process that was killed (SIGKILL, power loss) from those of one still running;
+    `sweep` removes the former."""
+    sweep(parent, prefix)
+    return tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent)
+
+
+def sweep(parent, prefix: str) -> None:
+    """Remove the `<prefix><pid>-*` folders in `parent` whose process no longer exists."""
+    import shutil
+
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(prefix):].partition("-")[0] if name.startswith(prefix) else ""
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

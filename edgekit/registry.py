@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from edgekit.artifact import ModelArtifact
 from edgekit.deps import EXTRAS, missing_modules, versions
-from edgekit.errors import ConversionFailed, EdgekitError, MissingDependency, first_line
+from edgekit.errors import ConversionFailed, EdgekitError, MissingDependency, environment_error, first_line
 from edgekit.formats import FORMATS, detect
 
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
@@ -85,6 +85,9 @@ class Converter:
         except EdgekitError:
             raise
         except Exception as e:
+            env = environment_error(e)
+            if env is not None:
+                raise env from e
             root = e
             while root.__cause__ is not None:
                 root = root.__cause__

@@ -26,8 +26,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgekit.errors import BadInput
+from edgekit.errors import BadInput, reading
 from edgekit.formats import NAME_PRECISIONS, artifact_files, split_name
+from edgekit.quiet import captured
 from edgekit.targets import TARGETS
 from edgekit.targets.inspection import precision_from_inspection
 
@@ -180,8 +181,9 @@ def _dtype_size(dtype: str) -> float:
 def _measure(path: Path, fmt: str) -> ArtifactSize:
     from edgekit.targets.inspection import inspect_artifact
 
-    ins = inspect_artifact(fmt, str(path))
-    files = tuple((f, Path(f).stat().st_size) for f in artifact_files(fmt, path))
+    with reading(path, f"a {fmt} artifact"), captured():  # the frameworks' import chatter stays off stderr
+        ins = inspect_artifact(fmt, str(path))
+        files = tuple((f, Path(f).stat().st_size) for f in artifact_files(fmt, path))
     stem, named = split_name(path)
     inspected = precision_from_inspection(ins.weight_bytes_by_dtype, ins.int8_weight_share)
     notes = []

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
 from edgekit.artifact import ModelArtifact
 from edgekit.deps import require
-from edgekit.errors import ConversionFailed
+from edgekit.errors import BadInput, ConversionFailed
 from edgekit.signature import Signature
 
 
@@ -29,21 +32,22 @@ def load_runner(fmt: str, path: str, signature: Signature):
 
 
 def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, timeout: float = 900,
-                 inspect: bool = False) -> tuple[list[np.ndarray], dict | None]:
+                 inspect: bool = False, given: bool = False) -> tuple[list[np.ndarray], dict | None]:
     """Run `artifact` on stacked `inputs` (leading sample axis) in a child process.
 
     Returns one stacked array per output and, with `inspect`, the artifact's inspection (see
     edgekit.targets.inspection) as JSON. A crash or error in the runtime becomes a
-    ConversionFailed naming the runtime and quoting its last words.
+    ConversionFailed naming the runtime and quoting its last words — or, for an artifact the user
+    `given` (not one edgekit made), a BadInput: the file is what cannot be run.
     """
     from edgekit.targets import by_format
 
     require(by_format(artifact.format).extra, f"running a .{artifact.format} artifact")
-    with tempfile.TemporaryDirectory(prefix="edgekit-run-") as tmp:
+    with _job_dir() as tmp:
         sig_path, in_path, out_path, insp_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz", "insp.json"))
         _write_job(artifact.signature, inputs, sig_path, in_path)
         _child(["edgekit.targets.worker", artifact.format, str(artifact.path), sig_path, in_path, out_path]
-               + ([insp_path] if inspect else []), artifact.format, artifact.path, timeout)
+               + ([insp_path] if inspect else []), artifact.format, artifact.path, timeout, given)
         with np.load(out_path) as data:
             outputs = [data[f"output_{j}"] for j in range(len(data.files))]
         inspection = None
@@ -59,7 +63,7 @@ def trace_layers_isolated(fmt: str, float_path: str, quant_path: str, signature:
     from edgekit.targets import by_format
 
     require(by_format(fmt).extra, f"tracing a .{fmt} artifact")
-    with tempfile.TemporaryDirectory(prefix="edgekit-layers-") as tmp:
+    with _job_dir() as tmp:
         sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "layers.json"))
         _write_job(signature, inputs, sig_path, in_path)
         _child(["edgekit.targets.layers", fmt, float_path, quant_path, sig_path, in_path, out_path],
@@ -68,24 +72,66 @@ def trace_layers_isolated(fmt: str, float_path: str, quant_path: str, signature:
             return json.load(f)
 
 
+def die_with_parent() -> None:
+    """Make this child process exit when the edgekit process that started it dies, even by SIGKILL:
+    the kernel's parent-death signal on Linux, and a thread watching the parent id everywhere."""
+    import threading
+
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    if os.getppid() != parent:  # the parent died before the signal was asked for
+        os._exit(1)
+    threading.Thread(target=watch, name="edgekit-parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _job_dir():
+    """A private folder for one child's inputs and outputs, `edgekit-job-<pid>-*` in the temporary folder
+    (inside --out during a conversion); ones a killed run left behind are swept away first."""
+    from edgekit.quiet import private_dir
+
+    path = private_dir(tempfile.gettempdir(), "edgekit-job-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _write_job(signature: Signature, inputs: dict[str, np.ndarray], sig_path: str, in_path: str) -> None:
     with open(sig_path, "w") as f:
         json.dump(signature.to_json(), f)
     np.savez(in_path, **inputs)
 
 
-def _child(args: list[str], fmt: str, path: str, timeout: float) -> None:
-    """Run `python -m args...`; a crash, error or timeout becomes a ConversionFailed naming the runtime."""
+def _child(args: list[str], fmt: str, path: str, timeout: float, given: bool = False) -> None:
+    """Run `python -m args...`; a crash, error or timeout becomes a ConversionFailed naming the runtime
+    (a BadInput naming the file when the user `given` it)."""
     from edgekit.targets import by_format
 
     runtime = by_format(fmt).runtime
     try:
         proc = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, errors="replace")
     except subprocess.TimeoutExpired:
         raise ConversionFailed(f"{runtime} did not finish {Path(path).name} within {timeout:.0f} s") from None
     if proc.returncode != 0:
         how = f"crashed (signal {-proc.returncode})" if proc.returncode < 0 else "failed"
+        if given:
+            raise BadInput(f"{runtime} {how} running {path}: {_last_words(proc.stderr)}",
+                           fix="the file is damaged or not a valid artifact; give the file as the converter wrote it")
         raise ConversionFailed(f"{runtime} {how} running {Path(path).name}: {_last_words(proc.stderr)}")
 
 

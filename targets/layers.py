@@ -18,8 +18,10 @@ BACKENDS = {"tflite": "edgekit.targets.tflite_layers", "onnx": "edgekit.targets.
 
 def main(argv: list[str]) -> int:
     from edgekit.attribution import rank, to_json
+    from edgekit.runners import die_with_parent
     from edgekit.signature import Signature
 
+    die_with_parent()
     fmt, float_path, quant_path, sig_path, in_path, out_path = argv
     with open(sig_path) as f:
         sig = Signature.from_json(json.load(f))

@@ -16,9 +16,10 @@ import numpy as np
 
 
 def main(argv: list[str]) -> int:
-    from edgekit.runners import load_runner
+    from edgekit.runners import die_with_parent, load_runner
     from edgekit.signature import Signature
 
+    die_with_parent()
     fmt, path, sig_path, in_path, out_path, *inspection_path = argv
     with open(sig_path) as f:
         sig = Signature.from_json(json.load(f))

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgekit.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EdgekitError
+from edgekit.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EdgekitError, environment_error
 
 app = typer.Typer(
     name="edgekit",
@@ -48,23 +48,20 @@ def handled(fn):
             return fn(*args, **kwargs)
         except typer.Exit:
             raise
-        except EdgekitError as e:
-            if _state["debug"]:
-                traceback.print_exc()
-            line = f"edgekit: error: {e.message}"
-            if e.fix:
-                line += f" — fix: {e.fix}"
-            print(line, file=sys.stderr)
-            raise typer.Exit(e.exit_code) from None
         except KeyboardInterrupt:
             print("edgekit: interrupted; no partial output was left", file=sys.stderr)
             raise typer.Exit(130) from None
-        except Exception as e:  # a bug
+        except Exception as e:
+            # edgekit's own errors, and what the environment caused: a full disk, no permission, a path too long
+            err = e if isinstance(e, EdgekitError) else environment_error(e)
             if _state["debug"]:
                 traceback.print_exc()
-            print(f"edgekit: internal error: {type(e).__name__}: {e} (this is a bug; rerun with --debug "
-                  "for the traceback)", file=sys.stderr)
-            raise typer.Exit(EXIT_INTERNAL) from None
+            if err is None:  # a bug
+                print(f"edgekit: internal error: {type(e).__name__}: {e} (this is a bug; rerun with --debug "
+                      "for the traceback)", file=sys.stderr)
+                raise typer.Exit(EXIT_INTERNAL) from None
+            print(f"edgekit: error: {err.message}" + (f" — fix: {err.fix}" if err.fix else ""), file=sys.stderr)
+            raise typer.Exit(err.exit_code) from None
 
     return wrapper
 
@@ -110,6 +107,7 @@ def convert(
         if precision not in ("fp32", "int8"):
             raise BadInput(f"--int8 contradicts --precision {precision}")
         precision = "int8"
+    _output_folder(out)
     reporter = Reporter(_stderr())
     request = ConvertRequest(
         source=model, targets=tuple(target), out_dir=str(out), precision=precision,
@@ -163,6 +161,7 @@ def report(
 
     if as_json and markdown:
         raise BadInput("--json and --markdown both write to stdout", fix="choose one")
+    _output_file(html_out, "--html")
     result = sizes.build_report(paths)
     if html_out is not None:
         html_out.write_text(sizes.to_html(result), encoding="utf-8")
@@ -238,12 +237,18 @@ def check(
     if attribution not in ("failing", "all", "none"):
         raise BadInput(f"--attribution {attribution!r}", fix="use failing, all or none")
     models = gate.load_config(config)
+    summary = markdown or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None)
+    baseline = baseline or config.with_name("edgekit.baseline.json")
+    _output_folder(out)
+    _output_file(junit, "--junit")
+    _output_file(summary, "--markdown")
+    if update_baseline:
+        _output_file(baseline, "--baseline")
     reporter = Reporter(_stderr())
     from edgekit.loading import SourceOptions
 
     trust = SourceOptions(trust_pickle=trust_pickle, trust_model_code=trust_model_code)
     cases = gate.run_checks(models, str(out), progress=reporter.step, attribution=attribution, trust=trust)
-    baseline = baseline or config.with_name("edgekit.baseline.json")
     if update_baseline:
         gate.write_baseline(cases, baseline)
         print(f"edgekit: wrote the baseline {baseline}", file=sys.stderr)
@@ -251,7 +256,6 @@ def check(
         cases = gate.compare_baseline(cases, baseline)
     if junit is not None:
         junit.write_text(gate.to_junit(cases), encoding="utf-8")
-    summary = markdown or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None)
     if summary is not None:
         with open(summary, "a", encoding="utf-8") as f:
             f.write(gate.to_markdown(cases))
@@ -284,6 +288,36 @@ def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the a
     convert(str(model), ["all"], out, eval_data=eval_data)
 
 
+def _output_file(path: Path | None, option: str) -> None:
+    """Check, before any work, that `path` can be written: its folder is made if missing."""
+    from edgekit.errors import BadInput
+
+    if path is None:
+        return
+    if path.is_dir():
+        raise BadInput(f"{option} {path} is a folder", fix=f"give {option} a file name, e.g. {path / 'report'}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadInput(f"{option} {path}: cannot create the folder {path.parent}: {e.strerror}",
+                       fix="choose a path you can write to") from None
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise BadInput(f"{option} {path}: cannot write there (permission denied)", fix="choose a path you can write to")
+
+
+def _output_folder(path: Path, option: str = "--out") -> None:
+    from edgekit.errors import BadInput
+
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"{option} {path} is a file, not a folder", fix=f"give {option} a folder")
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        raise BadInput(f"{option} {path}: cannot write into {probe} (permission denied)",
+                       fix="choose a folder you can write to")
+
+
 def _finite(obj):
     if isinstance(obj, float):
         return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
@@ -295,4 +329,10 @@ def _finite(obj):
 
 
 def main() -> None:
+    import signal
+
+    def terminate(signum, frame):
+        raise KeyboardInterrupt  # SIGTERM ends the run as Ctrl-C does: no partial output, exit 130
+
+    signal.signal(signal.SIGTERM, terminate)
     app()

@@ -64,7 +64,7 @@ def render_result(result, console: Console | None) -> None:
         acc_text = f"{acc['reference'] * 100:.2f}% → {acc['artifact'] * 100:.2f}%" if acc else "—"
         top1 = m.get("top1_agreement")
         table.add_row(
-            _target_label(r.target), r.artifact.precision, _size(r.artifact.bytes),
+            _target_label(r.target), r.artifact.precision, _size(r.bytes),
             f"[{STATUS_STYLE[r.verdict.status]}]{r.verdict.status}[/]",
             f"{m['cosine']:.6f}" if m else "—", _fmt(m.get("max_abs"), 3) if m else "—",
             _fmt(m.get("sqnr_db"), 4) if m else "—", f"{top1 * 100:.1f}%" if top1 is not None else "—", acc_text,
