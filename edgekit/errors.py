@@ -86,7 +86,7 @@ def environment_error(e: BaseException) -> BadInput | None:
     while e is not None and seen < 16:
         if isinstance(e, OSError) and e.errno in _ENVIRONMENT_ERRNOS:
             what, fix = _ENVIRONMENT_ERRNOS[e.errno]
-            where = f" writing {e.filename}" if e.filename else ""
+            where = (" writing " if e.errno in (errno.ENOSPC, errno.EDQUOT) else ": ") + str(e.filename) if e.filename else ""
             return BadInput(f"{what}{where}", fix=fix)
         e, seen = e.__cause__ or e.__context__, seen + 1
     return None
@@ -112,8 +112,14 @@ def reading(path, what: str, fix: str | None = None) -> Iterator[None]:
         env = environment_error(e)
         if env is not None:
             raise BadInput(f"cannot read {what} {path}: {env.message}", fix=env.fix) from None
-        raise BadInput(f"cannot read {what} {path}: {type(e).__name__}: {first_line(e)}",
+        raise BadInput(f"cannot read {what} {path}: {_kind(e)}: {first_line(e)}",
                        fix=fix or "give an intact file") from None
     except Exception as e:
-        raise BadInput(f"cannot read {what} {path}, it is damaged or of another kind: {type(e).__name__}: "
-                       f"{first_line(e)}", fix=fix or "give an intact file (re-save or re-copy it)") from None
+        raise BadInput(f"cannot read {what} {path}, it is damaged or of another kind: {_kind(e)}: {first_line(e)}",
+                       fix=fix or "give an intact file (re-save or re-copy it)") from None
+
+
+def _kind(e: BaseException) -> str:
+    """`struct.error`, `zipfile.BadZipFile`, `ValueError`: the exception's type as a reader would look it up."""
+    module = type(e).__module__
+    return type(e).__qualname__ if module == "builtins" else f"{module.rsplit('.', 1)[-1]}.{type(e).__qualname__}"

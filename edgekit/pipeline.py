@@ -232,22 +232,21 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
     from edgekit.targets.inspection import inspect_artifact, precision_from_inspection
 
     say = progress or (lambda _msg: None)
-    formats = {}
+    given = []  # (path, format, files, inspection): every artifact is read, as `edgekit report` reads it, first
     for p in paths:
         fmt = detect(p)
         if fmt not in {t.format for t in TARGETS.values()}:
             raise BadInput(f"{p} is a {fmt} model, not an artifact edgekit can verify",
                            fix="give .tflite, .pte, .ptl, .onnx or .ort files")
-        formats[p] = fmt
+        with reading(p, f"the .{fmt} artifact"), captured():
+            files = artifact_files(fmt, p)  # first: it refuses external data outside the artifact's folder
+            given.append((p, fmt, files, inspect_artifact(fmt, str(p)).to_json()))
     warnings: list[str] = []
     source_model, _, _, samples, reference = _reference(req, False, warnings, say)
     source = source_model.artifact
     results = []
-    for p, fmt in formats.items():
+    for p, fmt, files, inspection in given:
         target = by_format(fmt)
-        with reading(p, f"a {fmt} artifact"):  # as `edgekit report` reads it: a damaged file is named here
-            inspection = inspect_artifact(fmt, str(p)).to_json()
-            files = artifact_files(fmt, p)
         artifact = ModelArtifact(fmt, str(p), source.signature, files=files, meta={"route": ["given"], "seconds": 0.0})
         say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
         outputs, _ = run_isolated(artifact, samples.inputs, given=True)

@@ -181,9 +181,9 @@ def _dtype_size(dtype: str) -> float:
 def _measure(path: Path, fmt: str) -> ArtifactSize:
     from edgekit.targets.inspection import inspect_artifact
 
-    with reading(path, f"a {fmt} artifact"), captured():  # the frameworks' import chatter stays off stderr
+    with reading(path, f"the .{fmt} artifact"), captured():  # the frameworks' import chatter stays off stderr
+        files = tuple((f, Path(f).stat().st_size) for f in artifact_files(fmt, path))  # refuses data outside
         ins = inspect_artifact(fmt, str(path))
-        files = tuple((f, Path(f).stat().st_size) for f in artifact_files(fmt, path))
     stem, named = split_name(path)
     inspected = precision_from_inspection(ins.weight_bytes_by_dtype, ins.int8_weight_share)
     notes = []
