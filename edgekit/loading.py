@@ -187,6 +187,10 @@ def _open_torch(fmt: str, location: str, options: SourceOptions) -> TorchSource:
     exported = None
     if fmt == "torch-export":
         exported = _load_exported(location, options.trust_pickle)
+        if not options.trust_model_code:
+            from edgekit.safe_pt2 import refuse_code_targets
+
+            refuse_code_targets(exported, location)
         module = exported.module()
         sig = _signature_of_exported(exported, declared, location)
     else:

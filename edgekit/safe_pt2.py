@@ -140,3 +140,40 @@ def _refused(e: Exception) -> str:
     """What the weights-only unpickler refused, from its long message."""
     found = _REFUSED.search(str(e))
     return found.group(1).strip() if found else first_line(e)
+
+
+def refuse_code_targets(ep, location: str) -> None:
+    """BadInput unless every call in the program's graphs is a torch operator or a plain arithmetic function.
+
+    The graph names its call targets by dotted path, and torch's deserializer resolves any attribute
+    path under `torch`, `operator` and `math`. Some of those run code named by the archive when the
+    program runs — `torch.export.custom_ops._call_custom_autograd_function_in_pre_dispatch` imports the
+    module the graph names — and edgekit runs the program while opening it. So only dispatcher
+    operators (`torch.ops.*`: OpOverload, OpOverloadPacket, higher-order operators), the symbolic-shape
+    functions torch's serializer itself emits and `operator`/`math` functions may be called;
+    `--trust-model-code` lifts the check.
+    """
+    import math
+    import operator
+
+    import torch
+    from torch._export.serde.serialize import _SYM_OPS
+
+    allowed_types = (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)
+    for owner, module in ep.graph_module.named_modules():
+        for node in module.graph.nodes:
+            if node.op not in ("call_function", "call_method", "call_module"):
+                continue
+            target = node.target
+            if node.op == "call_function" and (
+                    isinstance(target, allowed_types) or target in _SYM_OPS
+                    or getattr(target, "__module__", None) in (operator.__name__, "_operator", math.__name__)):
+                continue
+            if node.op == "call_module":
+                continue  # a submodule of the program itself (its graphs are checked in this loop)
+            name = target if isinstance(target, str) else f"{getattr(target, '__module__', '?')}." \
+                f"{getattr(target, '__qualname__', getattr(target, '__name__', repr(target)))}"
+            where = f"{owner}." if owner else ""
+            raise BadInput(f"{location}: node {where}{node.name} calls {name}, which is not a torch operator; "
+                           "running it could run code the archive names",
+                           fix="pass --trust-model-code if you trust its author")

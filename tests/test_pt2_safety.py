@@ -248,3 +248,19 @@ def test_a_model_with_buffers_and_constants_still_converts(with_constants, tmp_p
     proc = run_cli("convert", path, "--target", "onnx", "--out", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "constants.onnx").is_file()
+
+
+def test_a_graph_call_that_is_not_a_torch_operator_is_refused():
+    """torch's deserializer resolves any `torch.*` path as a call target; one of them imports the module
+    the graph names when the program runs. Only dispatcher operators and arithmetic pass."""
+    import torch.export.custom_ops as custom_ops
+
+    from edgekit.safe_pt2 import load_exported_program, refuse_code_targets
+
+    ep = load_exported_program(str(DIGITS))
+    refuse_code_targets(ep, "digits_cnn.pt2")  # every call is an aten operator
+    node = next(n for n in ep.graph.nodes if n.op == "call_function")
+    node.target = custom_ops._call_custom_autograd_function_in_pre_dispatch
+    with pytest.raises(BadInput, match=rf"node {node.name} calls torch.export.custom_ops."
+                                       r"_call_custom_autograd_function_in_pre_dispatch, which is not a torch operator"):
+        refuse_code_targets(ep, "digits_cnn.pt2")
