@@ -54,14 +54,17 @@ def open_tf(fmt: str, location: str, declared: tuple[TensorSpec, ...] | None, *,
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if fmt == "keras":
         return _open_keras(location, declared)
-    return _open_saved_model(location, declared)
+    return _open_saved_model(location, declared, trust_model_code)
 
 
 def _open_keras(location: str, declared) -> TfSource:
+    from edgekit.tf_safety import check_keras_file
+
+    check_keras_file(location)  # before Keras: a config that would load files from outside the model
     import keras
 
     try:
-        model = keras.models.load_model(location, compile=False)  # safe_mode: no arbitrary code
+        model = keras.models.load_model(location, compile=False, safe_mode=True)  # no Lambda, no arbitrary code
     except Exception as e:
         # Keras nests the cause ("Could not locate class 'X'") deep inside a long config dump.
         cause = re.search(r"(Could not locate (?:class|function) '[^']+')", str(e))
@@ -81,7 +84,13 @@ def _open_keras(location: str, declared) -> TfSource:
     return TfSource(ModelArtifact("keras", location, sig, "fp32"), fn, model)
 
 
-def _open_saved_model(location: str, declared) -> TfSource:
+def _open_saved_model(location: str, declared, trust_model_code: bool = False) -> TfSource:
+    if not trust_model_code:
+        from edgekit.tf_safety import check_saved_model
+
+        # Loading runs initializers and calling runs the serving graph: refuse file, process and
+        # Python ops before TensorFlow runs anything of the model.
+        check_saved_model(location)
     import tensorflow as tf
 
     try:
