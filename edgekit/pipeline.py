@@ -164,7 +164,7 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
                                "--calib random works but is not representative")
 
     out_dir = Path(req.out_dir)
-    created = not out_dir.exists()
+    created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # the deepest first
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         # Every library's temporary files go to a private folder inside --out, removed at the end
@@ -183,8 +183,10 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
             results = [job.run(target, plan, samples, reference) for target, plan in plans]
     finally:
         shutil.rmtree(run_tmp, ignore_errors=True)
-        if created and not any(out_dir.iterdir()):
-            out_dir.rmdir()  # a run that failed before writing anything leaves no folder behind
+        for folder in created:  # a run that failed before writing anything leaves no folder behind
+            if any(folder.iterdir()):
+                break
+            folder.rmdir()
     source = source_model.artifact
     return ConvertResult(source, source.sha256 if source.files else None, tuple(results), tuple(warnings))
 

@@ -67,6 +67,7 @@ def test_a_config_import_spec_outside_its_project_is_refused(tmp_path, key, spec
     proc = run_cli("check", config, "--out", tmp_path / "out", "--junit", junit, cwd=REPO)
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     assert "names a module outside the project folder" in _error(proc)
+    assert not (tmp_path / "out").exists() and not junit.exists()
 
 
 def test_import_specs_resolve_inside_the_project_only(tmp_path):
