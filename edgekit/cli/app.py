@@ -24,7 +24,8 @@ app = typer.Typer(
 )
 
 TRUST_PICKLE = "Allow unpickling a full module, or a .pt2 member that is not plain tensors (runs its code)."
-TRUST_CODE = "Allow a TensorFlow graph with file-system, process or Python-callback ops (runs them)."
+TRUST_CODE = ("Allow a TensorFlow graph with file-system, process or Python-callback ops, or a .pt2 graph calling "
+              "functions other than torch operators (runs them). Keras files still load in safe mode.")
 
 _state = {"debug": bool(os.environ.get("EDGEKIT_DEBUG"))}
 REPO = Path(__file__).resolve().parents[2]
