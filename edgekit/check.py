@@ -21,7 +21,10 @@ artifacts built elsewhere, verified as they are (target and precision read from 
 
 Each model × target × precision is one case; a case fails when its verification fails or a budget
 is broken. Failing int8 cases carry their layers ranked by the SQNR each loses (edgekit.attribution).
-Every problem in the config is a BadInput naming the key.
+Every problem in the config is a BadInput naming the key. A config may come from a pull request, so
+it cannot reach outside its project: `name` is a plain name (the model's folder under --out),
+`module:function` specs must name modules inside the config's folder, and trust (--trust-pickle,
+--trust-model-code) comes from the command line only.
 """
 
 from __future__ import annotations
@@ -54,7 +57,6 @@ class ModelCheck:
     calib_method: str = "minmax"
     budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
     artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
-
     project: str | None = None  # the config's folder: import specs must name its modules
 
     def budget(self, precision: str) -> dict:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
-from contextlib import contextmanager
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
