@@ -33,7 +33,7 @@ class SourceOptions:
     model_class: str | None = None
     input_shapes: tuple[str, ...] = ()
     example_inputs: str | None = None
-    trust_model_code: bool = False  # TF graphs with file-system, process or Python-callback ops
+    trust_model_code: bool = False  # graphs that may run code: TF file/process/callback ops, .pt2 non-operator calls
     project: str | None = None  # import specs must name modules of this folder (set for check configs)
 
 
@@ -191,7 +191,8 @@ def _open_torch(fmt: str, location: str, options: SourceOptions) -> TorchSource:
             from edgekit.safe_pt2 import refuse_code_targets
 
             refuse_code_targets(exported, location)
-        module = exported.module()
+        with reading(location, "an ExportedProgram archive", fix="re-save it with torch.export.save"):
+            module = exported.module()
         sig = _signature_of_exported(exported, declared, location)
     else:
         module = _load_module(fmt, location, options)
