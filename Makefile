@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.edgekit-installed
 
-.PHONY: setup browser demo test test-fast bench bench-int8 samples clean
+.PHONY: setup browser demo test test-fast bench bench-int8 samples clean fuzz
 
 setup: $(STAMP)
 
@@ -48,3 +48,7 @@ samples: setup
 
 clean:
 	rm -rf $(VENV) demo-out edgekit-out .pytest_cache
+
+# Seeded fuzzing of every input kind (models, artifacts, data, configs): 2,000 mutants, a summary and the findings.
+fuzz: setup
+	$(BIN)/python -m tests.fuzzing --mutants 2000
