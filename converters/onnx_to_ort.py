@@ -18,6 +18,14 @@ The tool writes `<name>.ort` and `<name>.required_operators.config` (the `--incl
 input of a reduced ONNX Runtime build); edgekit names them `<stem>.ort` and
 `<stem>.required_operators.config`. An integer-I/O sidecar (`<model>.io.json`) is carried along.
 
+The same model gives the same bytes: ONNX Runtime writes the file's kernel-type-string table
+(`KernelTypeStrResolver`: for each op, which inputs/outputs each type constraint names) by walking
+a hash map whose order is seeded per process, so the table's entries, strings and vtables land in
+the file in a different order every run; only the offset vectors are sorted afterwards, so the
+content is the same and the bytes are not. `canonical_ort` rebuilds that table (op ids and type strings in
+sorted order) with the `flatbuffers` package and keeps the model, which ONNX Runtime wrote before
+the table, byte for byte.
+
 ONNX Runtime's mobile usability checker (`onnxruntime.tools.mobile_helpers.usability_checker`) runs
 on the input ONNX; its NNAPI/CoreML partitioning goes into `meta["mobile_package"]` with whether the
 model fits the pre-built mobile packages. Since ONNX Runtime 1.19 those packages
@@ -68,6 +76,9 @@ class OnnxToOrt(Converter):
         work = ctx.work_dir / f"{out_path.stem}.ort-tool"
         model = _tool_input(src, work / "in")
         ort_file, config = _convert(model, work / "out", level)
+        canonical = canonical_ort(ort_file.read_bytes())
+        if canonical is not None:
+            ort_file.write_bytes(canonical)
         os.replace(ort_file, out_path)
         config_path = out_path.with_name(out_path.stem + ORT_CONFIG_SUFFIX)
         _write_config(config, config_path, out_path.name)
@@ -79,7 +90,7 @@ class OnnxToOrt(Converter):
         shutil.rmtree(work, ignore_errors=True)
         meta = {"mobile_package": mobile,
                 "ort_format": {"optimization_style": OPTIMIZATION_STYLE, "optimization_level": level,
-                               "target_platform": TARGET_PLATFORM}}
+                               "target_platform": TARGET_PLATFORM, "canonical_layout": canonical is not None}}
         return ModelArtifact("ort", str(out_path), src.signature, precision, files=tuple(files), meta=meta)
 
 
@@ -147,6 +158,171 @@ def _convert(model: Path, out_dir: Path, level: str) -> tuple[Path, Path]:
         raise ConversionFailed(f"onnxruntime's converter wrote {found}, expected one .ort and one .config",
                                converter=OnnxToOrt.name)
     return ort_files[0], configs[0]
+
+
+ALIGN = 8  # flatbuffers' widest scalar; onnxruntime forces no wider alignment on any vector
+ORT_IDENTIFIER = b"ORTM"
+SESSION_FIELDS = {0, 1, 3}  # InferenceSession: ort_version, model, kernel_type_str_resolver (2 is deprecated)
+
+
+def canonical_ort(data: bytes) -> bytes | None:
+    """The .ort `data` with its kernel-type-string table rebuilt in a canonical order, or None when
+    the file holds anything this rewrite does not know (it is then left as onnxruntime wrote it).
+
+    ONNX Runtime builds the file back to front: the model first (it ends the file), then the table,
+    then the root table. The model with everything it references therefore starts at the model
+    table (or at its vtable, written just below it) and runs to the end of the file; those bytes are
+    kept as they are, at the same distance from the end of the buffer, so every offset inside them
+    and every alignment stays valid. In front of them come a new table, in sorted order, and a new
+    root pointing at both.
+    """
+    import flatbuffers
+
+    from edgekit.targets.ort_inspect import _fbs
+
+    fbs = _fbs()
+    buf = bytearray(data)
+    if len(buf) < 8 or not fbs.InferenceSession.InferenceSession.InferenceSessionBufferHasIdentifier(buf, 0):
+        return None
+    session = fbs.InferenceSession.InferenceSession.GetRootAs(buf, 0)
+    model, resolver = session.Model(), session.KernelTypeStrResolver()
+    if model is None or resolver is None or not _fields(session._tab) <= SESSION_FIELDS:
+        return None
+    table = _read_resolver(resolver)
+    if table is None:
+        return None
+    entries, positions = table
+    start = min(model._tab.Pos, _vtable(model._tab))  # the model's bytes: [start, end of file)
+    if any(pos >= start for pos in positions):  # the table was not written after the model
+        return None
+    size = len(buf)
+    kept = bytes(buf[start:])
+
+    b = flatbuffers.Builder(len(kept) + 1024)  # it builds back to front too: the kept bytes go in first, at the end
+    b.head = len(b.Bytes) - len(kept)
+    b.Bytes[b.head:] = kept
+    b.minalign = ALIGN
+    strings: dict[bytes, int] = {}
+
+    def string(text: bytes) -> int:
+        if text not in strings:
+            strings[text] = b.CreateString(text)
+        return strings[text]
+
+    def vector(offsets: list[int]) -> int:
+        b.StartVector(4, len(offsets), 4)
+        for off in reversed(offsets):
+            b.PrependUOffsetTRelative(off)
+        return b.EndVector()
+
+    ops = []
+    for op_id in sorted(entries):  # flatbuffers orders keyed tables bytewise, as bytes compare
+        type_strs = []
+        for type_str in sorted(entries[op_id]):
+            args = []
+            for arg_type, index in entries[op_id][type_str]:
+                fbs.ArgTypeAndIndex.ArgTypeAndIndexStart(b)
+                fbs.ArgTypeAndIndex.ArgTypeAndIndexAddArgType(b, arg_type)
+                fbs.ArgTypeAndIndex.ArgTypeAndIndexAddIndex(b, index)
+                args.append(fbs.ArgTypeAndIndex.ArgTypeAndIndexEnd(b))
+            args_vector, name = vector(args), string(type_str)
+            fbs.KernelTypeStrArgsEntry.KernelTypeStrArgsEntryStart(b)
+            fbs.KernelTypeStrArgsEntry.KernelTypeStrArgsEntryAddKernelTypeStr(b, name)
+            fbs.KernelTypeStrArgsEntry.KernelTypeStrArgsEntryAddArgs(b, args_vector)
+            type_strs.append(fbs.KernelTypeStrArgsEntry.KernelTypeStrArgsEntryEnd(b))
+        type_strs_vector, name = vector(type_strs), string(op_id)
+        fbs.OpIdKernelTypeStrArgsEntry.OpIdKernelTypeStrArgsEntryStart(b)
+        fbs.OpIdKernelTypeStrArgsEntry.OpIdKernelTypeStrArgsEntryAddOpId(b, name)
+        fbs.OpIdKernelTypeStrArgsEntry.OpIdKernelTypeStrArgsEntryAddKernelTypeStrArgs(b, type_strs_vector)
+        ops.append(fbs.OpIdKernelTypeStrArgsEntry.OpIdKernelTypeStrArgsEntryEnd(b))
+    ops_vector = vector(ops)
+    fbs.KernelTypeStrResolver.KernelTypeStrResolverStart(b)
+    fbs.KernelTypeStrResolver.KernelTypeStrResolverAddOpKernelTypeStrArgs(b, ops_vector)
+    new_resolver = fbs.KernelTypeStrResolver.KernelTypeStrResolverEnd(b)
+
+    version = session.OrtVersion()
+    version_at = _field_target(session._tab, 0)
+    if version is None:
+        version_off = 0
+    elif version_at is not None and version_at >= start:  # onnxruntime writes it first: among the kept bytes
+        version_off = size - version_at
+    else:
+        version_off = b.CreateString(version)
+    fbs.InferenceSession.InferenceSessionStart(b)
+    if version_off:
+        fbs.InferenceSession.InferenceSessionAddOrtVersion(b, version_off)
+    fbs.InferenceSession.InferenceSessionAddModel(b, size - model._tab.Pos)
+    fbs.InferenceSession.InferenceSessionAddKernelTypeStrResolver(b, new_resolver)
+    b.Finish(fbs.InferenceSession.InferenceSessionEnd(b), file_identifier=ORT_IDENTIFIER)
+    out = bytes(b.Output())
+
+    # The new root must lead to the same model bytes, the same version and the same table.
+    check = fbs.InferenceSession.InferenceSession.GetRootAs(bytearray(out), 0)
+    moved = len(out) - size
+    if check.Model() is None or check.Model()._tab.Pos != model._tab.Pos + moved or out[start + moved:] != kept:
+        return None
+    reread = check.KernelTypeStrResolver()
+    reread = _read_resolver(reread) if reread is not None else None
+    if check.OrtVersion() != version or reread is None or reread[0] != entries:
+        return None
+    return out
+
+
+def _read_resolver(resolver):
+    """{op id: {kernel type string: [(arg type, index), ...]}} of a KernelTypeStrResolver table, with
+    the position of every table in it; None if a table holds a field this module does not know or
+    a key twice."""
+    entries, positions = {}, [resolver._tab.Pos]
+    if not _fields(resolver._tab) <= {0}:
+        return None
+    for i in range(resolver.OpKernelTypeStrArgsLength()):
+        op = resolver.OpKernelTypeStrArgs(i)
+        type_strs = {}
+        if op is None or op.OpId() is None or not _fields(op._tab) <= {0, 1} or op.OpId() in entries:
+            return None
+        positions.append(op._tab.Pos)
+        for j in range(op.KernelTypeStrArgsLength()):
+            entry = op.KernelTypeStrArgs(j)
+            if (entry is None or entry.KernelTypeStr() is None or not _fields(entry._tab) <= {0, 1}
+                    or entry.KernelTypeStr() in type_strs):
+                return None
+            positions.append(entry._tab.Pos)
+            args = []
+            for k in range(entry.ArgsLength()):
+                arg = entry.Args(k)
+                if arg is None or not _fields(arg._tab) <= {0, 1}:
+                    return None
+                positions.append(arg._tab.Pos)
+                args.append((arg.ArgType(), arg.Index()))
+            type_strs[entry.KernelTypeStr()] = args
+        entries[op.OpId()] = type_strs
+    return entries, positions
+
+
+def _vtable(tab) -> int:
+    """Where a flatbuffer table's vtable starts."""
+    from flatbuffers import encode, packer
+
+    return tab.Pos - encode.Get(packer.soffset, tab.Bytes, tab.Pos)
+
+
+def _fields(tab) -> set[int]:
+    """The field numbers a flatbuffer table holds (its vtable's non-zero entries)."""
+    from flatbuffers import encode, packer
+
+    vtable = _vtable(tab)
+    count = (encode.Get(packer.voffset, tab.Bytes, vtable) - 4) // 2
+    return {i for i in range(count) if encode.Get(packer.voffset, tab.Bytes, vtable + 4 + 2 * i)}
+
+
+def _field_target(tab, field: int) -> int | None:
+    """Where the object an offset field of a table points to starts, or None if the field is absent."""
+    from flatbuffers import encode, packer
+
+    at = tab.Offset(4 + 2 * field)
+    if not at:
+        return None
+    return tab.Pos + at + encode.Get(packer.uoffset, tab.Bytes, tab.Pos + at)
 
 
 def _write_config(config: Path, dest: Path, ort_name: str) -> None:

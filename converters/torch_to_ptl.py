@@ -14,10 +14,22 @@ torch.ao.quantization has no percentile or entropy (KL) observer, so only these 
 
     minmax → MinMaxObserver      (the range seen)
     mse    → HistogramObserver   (the range that minimises the L2 quantization error)
+
+The same model gives the same bytes, whoever calls and whatever ran before in the process:
+
+- `torch.jit.trace` records, as each op's source range, the whole Python stack of the tracing
+  process (absolute paths and line numbers of the caller, down to the command line or the test
+  runner, and FX's per-process `<eval_with_key>.N` file names); the archive keeps it in
+  `code/*.debug_pkl`, and its `.data/serialization_id` is a checksum of every record. The traced
+  graphs' source ranges are cleared before saving; the code and the bytecode are unchanged.
+- module types are named in a process-wide compilation unit, where a name already taken by an
+  earlier trace gets a process-wide counter (`___torch_mangle_15`) in the file names, the pickles
+  and the bytecode. Each conversion traces into a compilation unit of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import operator
 import warnings
@@ -55,20 +67,63 @@ class TorchToPtl(Converter):
             torch.backends.quantized.engine = ENGINE  # weights are packed for the engine in use
         try:
             if precision == "fp32" and isinstance(source.module, torch.jit.ScriptModule):
-                module = source.module  # already TorchScript: save it as it is
+                _save(source.module, out_path)  # already TorchScript: save it as it is
             else:
                 graph = _float_graph(source.exported().module())
                 if precision == "int8":
                     graph = _quantize(graph, ctx.calibration, src.signature.input_names, args, ctx.method)
-                with torch.no_grad(), warnings.catch_warnings():
+                with _own_compilation_unit() as cu, torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    module = torch.jit.trace(graph, args, _store_inputs=False)  # no example inputs in the file
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)  # "Lite Interpreter is deprecated"
-                module._save_for_lite_interpreter(str(out_path))
+                    module = torch.jit.trace(graph, args, _store_inputs=False,  # no example inputs in the file
+                                             _compilation_unit=cu)
+                    _clear_source_ranges(module)
+                    _save(module, out_path)
         finally:
             torch.backends.quantized.engine = engine
         return ModelArtifact("ptl", str(out_path), src.signature, precision)
+
+
+def _save(module, out_path: Path) -> None:
+    """Save a ScriptModule for the lite interpreter."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "Lite Interpreter is deprecated"
+        module._save_for_lite_interpreter(str(out_path))
+
+
+@contextlib.contextmanager
+def _own_compilation_unit():
+    """A new TorchScript compilation unit for the module types of one trace.
+
+    Tracing registers a type per module in the process-wide compilation unit
+    (`torch.jit._state._python_cu`, which torch's C++ side looks up by that name), and a name taken
+    there already is mangled with a process-wide counter: a model traced after another one (or
+    twice) would be saved under other type names (`...___torch_mangle_15.py` instead of
+    `..._0.py`). A fresh unit gives every conversion the same names. The module must be saved
+    before the unit goes: its types keep only a weak reference to it.
+    """
+    import torch
+    import torch.jit._state as state
+
+    saved, state._python_cu = state._python_cu, torch._C.CompilationUnit()
+    try:
+        yield state._python_cu
+    finally:
+        state._python_cu = saved
+
+
+def _clear_source_ranges(module) -> None:
+    """Drop the tracing process's Python stack from every graph of a traced module (all its methods
+    and submodules): each node takes the empty source range, scope and call stack of a new node."""
+    for m in module.modules():
+        for name in m._c._method_names():
+            graph = m._c._get_method(name).graph
+            blank = graph.create("prim::Constant")  # never inserted: only its empty metadata is copied
+            blocks = [graph.block()]
+            while blocks:
+                for node in blocks.pop().nodes():
+                    node.copyMetadata(blank)
+                    blocks.extend(node.blocks())
+            blank.destroy()
 
 
 def _float_graph(exported_module):

@@ -1,0 +1,61 @@
+"""The same conversion gives the same bytes.
+
+The bundled digits CNN is converted twice to every target, at fp32 and at int8: once through the
+library in this process, once through the command line in a child process, so neither a
+per-process seed (hash maps, address layout) nor the caller (its stack, its paths) can leak into
+an artifact unnoticed. Every placed file must hash the same, and so must the sha256 edgekit records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, run_cli
+
+pytestmark = pytest.mark.slow
+
+TARGETS = {"tflite", "executorch", "onnx", "ort", "ptl"}
+
+
+def _files(artifacts: list[dict]) -> dict[str, dict]:
+    """target -> {"sha256": what edgekit recorded, "files": {file name: sha256 of its bytes}}."""
+    return {a["target"]: {"sha256": a["sha256"],
+                          "files": {Path(f).name: hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in a["files"]}}
+            for a in artifacts}
+
+
+def _cli(out: Path, *options: str) -> dict:
+    r = run_cli("convert", DIGITS, "--target", "all", "--out", out, "--eval", DIGITS_EVAL, "--json", *options)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return _files(json.loads(r.stdout)["artifacts"])
+
+
+def _assert_same(first: dict, second: dict) -> None:
+    assert TARGETS <= set(first), f"targets converted: {sorted(first)}"
+    assert set(first) == set(second)
+    differ = [f"{target}/{name}: {digest[:16]} then {second[target]['files'].get(name, 'missing')[:16]}"
+              for target in sorted(first) for name, digest in first[target]["files"].items()
+              if second[target]["files"].get(name) != digest]
+    assert not differ, "not byte-identical across two conversions: " + "; ".join(differ)
+    assert {t: a["files"].keys() for t, a in first.items()} == {t: a["files"].keys() for t, a in second.items()}
+    assert {t: a["sha256"] for t, a in first.items()} == {t: a["sha256"] for t, a in second.items()}
+
+
+def test_fp32_artifacts_are_byte_identical(converted_digits, tmp_path):
+    result, _ = converted_digits
+    _assert_same(_files([r.to_json() for r in result.artifacts]), _cli(tmp_path / "cli"))
+
+
+def test_int8_artifacts_are_byte_identical(tmp_path):
+    from edgekit.calibration.sources import CalibrationSpec
+    from edgekit.pipeline import ConvertRequest, convert
+
+    result = convert(ConvertRequest(str(DIGITS), ("all",), str(tmp_path / "api"), precision="int8",
+                                    eval_data=str(DIGITS_EVAL), calibration=CalibrationSpec(str(DIGITS_CALIB))))
+    assert not result.failed
+    _assert_same(_files([r.to_json() for r in result.artifacts]),
+                 _cli(tmp_path / "cli", "--int8", "--calib", str(DIGITS_CALIB)))
