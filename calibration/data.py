@@ -73,6 +73,9 @@ def validate(arrays: dict, signature: Signature, *, what: str, source: str,
     stacked = {}
     for spec in signature.inputs:
         arr = np.asarray(arrays[spec.name])
+        if arr.dtype.kind not in "biuf" or arr.ndim == 0:
+            raise BadInput(f"{what}: input {spec.name!r} is a {arr.ndim}-d array of {arr.dtype}, not numbers with a "
+                           "leading sample axis", fix=f"save (N, {', '.join(map(str, spec.shape))}) arrays of {spec.dtype}")
         if arr.shape[1:] == spec.shape:
             pass
         elif spec.shape[0] == 1 and arr.shape[1:] == spec.shape[1:]:
@@ -100,6 +103,9 @@ def validate(arrays: dict, signature: Signature, *, what: str, source: str,
         raise BadInput(f"{what}: inputs have different sample counts {sorted(counts)}")
     if labels is not None:
         labels = np.asarray(labels).reshape(-1)
+        if labels.dtype.kind not in "biuf":
+            raise BadInput(f"{what}: labels are {labels.dtype}, not class indices",
+                           fix="save labels as an integer array, one class index per sample")
         n = len(next(iter(stacked.values())))
         if len(labels) != n:
             raise BadInput(f"{what}: {len(labels)} labels for {n} samples")

@@ -206,7 +206,7 @@ def _open_torch(fmt: str, location: str, options: SourceOptions) -> TorchSource:
 
     if hasattr(module, "eval") and fmt != "torch-export":
         module.eval()
-    sig = Signature(sig.inputs, _output_specs(module, sig), sig.layout)
+    sig = Signature(sig.inputs, _output_specs(module, sig, location), sig.layout)
     files = (location,) if Path(location).is_file() else ()
     artifact = ModelArtifact(fmt, location, sig, "fp32", files, {"torch": torch.__version__})
     return TorchSource(artifact, module, exported)
@@ -330,12 +330,19 @@ def _check_fits(module, sig: Signature, location: str) -> None:
                        fix="pass the --input-shape the model was built for") from None
 
 
-def _output_specs(module, sig: Signature) -> tuple[TensorSpec, ...]:
+def _output_specs(module, sig: Signature, location: str) -> tuple[TensorSpec, ...]:
     import torch
 
     args = [torch.zeros(s.shape, dtype=getattr(torch, s.dtype)) for s in sig.inputs]
-    with torch.no_grad():
-        outs = _flatten(module(*args))
+    try:
+        with torch.no_grad():
+            outs = _flatten(module(*args))
+    except Exception as e:
+        raise BadInput(f"{location} does not run on zeros of its inputs {sig.describe()}: {type(e).__name__}: "
+                       f"{first_line(e)}", fix="check the model runs in PyTorch on inputs of this shape") from None
+    if not all(isinstance(o, torch.Tensor) for o in outs):
+        raise BadInput(f"{location} returns {', '.join(sorted({type(o).__name__ for o in outs}))}, not only tensors",
+                       fix="return a tensor, or a tuple, list or dict of tensors")
     return tuple(
         TensorSpec(f"output_{i}", tuple(int(d) for d in o.shape) or (1,),
                    _TORCH_DTYPES.get(str(o.dtype).replace("torch.", ""), "float32"))

@@ -164,31 +164,41 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
                                "--calib random works but is not representative")
 
     out_dir = Path(req.out_dir)
+    with run_folder(out_dir) as run_tmp:
+        source_model, calib, held_out, samples, reference = _reference(req, calibrated, warnings, say)
+        selection = None
+        if req.calib_method == AUTO and held_out is not None:
+            selection = (held_out, reference if held_out is samples else _run_reference(source_model, held_out))
+        job = _Job(source_model, req, calib, selection, thresholds, out_dir, run_tmp, _stem(req.source), say)
+        results = [job.run(target, plan, samples, reference) for target, plan in plans]
+    source = source_model.artifact
+    return ConvertResult(source, source.sha256 if source.files else None, tuple(results), tuple(warnings))
+
+
+@contextmanager
+def run_folder(out_dir: Path):
+    """A run's private folder `.edgekit-tmp-<pid>-*` inside `out_dir` (made, with its parents, if missing).
+
+    Every library's temporary files go there while the block runs; it is removed at the end (or, if
+    this process is killed, by the next run into the same folder), and so are the folders of `out_dir`
+    the run made if it left nothing in them.
+    """
     created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # the deepest first
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        # Every library's temporary files go to a private folder inside --out, removed at the end
-        # (and, if this process is killed, by the next run into the same folder).
         run_tmp = Path(private_dir(out_dir, TMP_PREFIX))
     except OSError as e:
         raise BadInput(f"cannot write into the output folder {out_dir}: {e.strerror}",
                        fix="give --out a folder you can write to") from None
     try:
         with temp_files_in(run_tmp):
-            source_model, calib, held_out, samples, reference = _reference(req, calibrated, warnings, say)
-            selection = None
-            if req.calib_method == AUTO and held_out is not None:
-                selection = (held_out, reference if held_out is samples else _run_reference(source_model, held_out))
-            job = _Job(source_model, req, calib, selection, thresholds, out_dir, run_tmp, _stem(req.source), say)
-            results = [job.run(target, plan, samples, reference) for target, plan in plans]
+            yield run_tmp
     finally:
         shutil.rmtree(run_tmp, ignore_errors=True)
-        for folder in created:  # a run that failed before writing anything leaves no folder behind
+        for folder in created:
             if any(folder.iterdir()):
                 break
             folder.rmdir()
-    source = source_model.artifact
-    return ConvertResult(source, source.sha256 if source.files else None, tuple(results), tuple(warnings))
 
 
 def _reference(req: ConvertRequest, calibrated: bool, warnings: list[str], say: Progress):
@@ -228,10 +238,9 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
     thresholds are edgekit's for that precision updated with `thresholds_for(precision)`.
     """
     from edgekit.errors import reading
-    from edgekit.formats import artifact_files, detect, split_name
-    from edgekit.runners import run_isolated
-    from edgekit.targets import TARGETS, by_format
-    from edgekit.targets.inspection import inspect_artifact, precision_from_inspection
+    from edgekit.formats import artifact_files, detect
+    from edgekit.targets import TARGETS
+    from edgekit.targets.inspection import inspect_artifact
 
     say = progress or (lambda _msg: None)
     given = []  # (path, format, files, inspection): every artifact is read, as `edgekit report` reads it, first
@@ -244,21 +253,32 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
             files = artifact_files(fmt, p)  # first: it refuses external data outside the artifact's folder
             given.append((p, fmt, files, inspect_artifact(fmt, str(p)).to_json()))
     warnings: list[str] = []
-    source_model, _, _, samples, reference = _reference(req, False, warnings, say)
-    source = source_model.artifact
     results = []
-    for p, fmt, files, inspection in given:
-        target = by_format(fmt)
-        artifact = ModelArtifact(fmt, str(p), source.signature, files=files, meta={"route": ["given"], "seconds": 0.0})
-        say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
-        outputs, _ = run_isolated(artifact, samples.inputs, given=True)
-        named = split_name(Path(p))[1]
-        precision = named or precision_from_inspection(inspection["weight_bytes_by_dtype"],
-                                                       inspection["int8_weight_share"])
-        thresholds = {**THRESHOLDS.get(precision, {}), **(thresholds_for(precision) if thresholds_for else {})}
-        verdict = compare(reference, outputs, thresholds, samples.labels, inspection)
-        results.append(ArtifactResult.measured(target.name, artifact.evolve(precision=precision), verdict))
+    with run_folder(Path(req.out_dir)):  # the runtimes' temporary files too stay inside --out
+        source_model, _, _, samples, reference = _reference(req, False, warnings, say)
+        for p, fmt, files, inspection in given:
+            results.append(_verify_given(p, fmt, files, inspection, source_model.artifact.signature, samples,
+                                         reference, thresholds_for, say))
+    source = source_model.artifact
     return ConvertResult(source, source.sha256 if source.files else None, tuple(results), tuple(warnings))
+
+
+def _verify_given(p, fmt: str, files, inspection: dict, signature, samples, reference, thresholds_for,
+                  say: Progress) -> ArtifactResult:
+    from edgekit.formats import split_name
+    from edgekit.runners import run_isolated
+    from edgekit.targets import by_format
+    from edgekit.targets.inspection import precision_from_inspection
+
+    target = by_format(fmt)
+    artifact = ModelArtifact(fmt, str(p), signature, files=files, meta={"route": ["given"], "seconds": 0.0})
+    say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
+    outputs, _ = run_isolated(artifact, samples.inputs, given=True)
+    precision = split_name(Path(p))[1] or precision_from_inspection(inspection["weight_bytes_by_dtype"],
+                                                                    inspection["int8_weight_share"])
+    thresholds = {**THRESHOLDS.get(precision, {}), **(thresholds_for(precision) if thresholds_for else {})}
+    verdict = compare(reference, outputs, thresholds, samples.labels, inspection)
+    return ArtifactResult.measured(target.name, artifact.evolve(precision=precision), verdict)
 
 
 @dataclass(frozen=True)

@@ -83,3 +83,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+@contextlib.contextmanager
+def private_temp() -> Iterator[str]:
+    """A private folder in the system's temporary folder for the libraries called inside the block
+    (onnxruntime's session file, torch's compile cache), removed at the end: a command without --out
+    leaves nothing behind either."""
+    import shutil
+
+    folder = private_dir(tempfile.gettempdir(), "edgekit-")
+    try:
+        with temp_files_in(folder):
+            yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -45,8 +45,11 @@ def handled(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from edgekit.quiet import private_temp
+
         try:
-            return fn(*args, **kwargs)
+            with private_temp():
+                return fn(*args, **kwargs)
         except typer.Exit:
             raise
         except KeyboardInterrupt:
