@@ -144,6 +144,13 @@ def _stack_npys(files: list[Path], what: str) -> np.ndarray:
     for f in files:
         with reading(f, "a .npy array", fix="save each sample with numpy.save"):
             arrays.append(np.load(f, allow_pickle=False))
+    for f, a in zip(files, arrays):
+        if a.dtype.kind not in "biuf":
+            raise BadInput(f"{what}: {f.name} holds {a.dtype}, not numbers", fix="save each sample as a numeric array")
+    dtypes = {a.dtype.str for a in arrays}
+    if len(dtypes) != 1:
+        raise BadInput(f"{what}: the .npy files have different dtypes {sorted(dtypes)}",
+                       fix="save every sample with the model's input dtype")
     shapes = {a.shape for a in arrays}
     if len(shapes) != 1:
         raise BadInput(f"{what}: the .npy files have different shapes {sorted(shapes)}",
