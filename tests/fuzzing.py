@@ -11,9 +11,12 @@ never appear.
 Hypothesis generates the mutations, seeded, so a run is reproducible: byte flips and
 replacements, truncation, insertion and duplication of chunks, zeroed ranges; inside zip-based
 formats (.pt2, .pt, .ptl, .keras, .npz) a member is mutated and the archive re-zipped, so the
-damage reaches past the zip CRC; text inputs also get structured edits (values replaced by
-paths, import specs, huge numbers or wrong types; lines deleted, duplicated or inserted;
-non-UTF-8 bytes).
+damage reaches past the zip CRC; text inputs (edgekit.toml, .io.json, the JSON members of
+.pt2 and .keras archives) also get structured edits (values replaced by paths, import specs,
+huge numbers or wrong types; lines deleted, duplicated or inserted; non-UTF-8 bytes), and .npy
+arrays (in .npz or a folder) get headers with other dtypes and shapes. A mutant is named
+KIND#N; the same seed files, --mutants and --seed draw the same mutants (--keep saves the exact
+inputs of every mutant with a finding).
 
 Each mutant runs the edgekit command that reads its kind, in a long-lived worker process that
 imports edgekit once and calls the Typer app in-process, with its cwd and TMPDIR in scratch
@@ -25,6 +28,9 @@ folders. A mutant passes when:
 - no file appears outside the mutant's --out folder (cwd, TMPDIR, the inputs and the seeds are
   watched);
 - no payload ran (the canary file does not exist).
+
+A library's import-time side effects (a file in TMPDIR, say) show on the first mutant of a worker
+that imports it, as edgekit runs in-process there; a run of the real command shows them every time.
 
     python -m tests.fuzzing --mutants 2000           # what `make fuzz` runs
     python -m tests.fuzzing --mutants 300 --only 'source.pt2#7' --keep /tmp/m   # one mutant again
@@ -63,6 +69,8 @@ MODEL_CLASS = "sample_models.train_digits_cnn:DigitsCNN"
 ALLOWED_EXITS = frozenset({0, 1, 2, 3})
 EXIT_MISSING_DEPENDENCY = 4
 TRACEBACK = "Traceback (most recent call last)"
+STOP_ARG = "missing.npz"  # --eval data that is not there: the run stops once the model (and --calib) are read
+STOP = f"eval data not found: {STOP_ARG}"
 
 # kind → share of the mutants. Cheap kinds (a model opened, then --eval missing.npz stops the run)
 # get more; kinds whose valid mutants run a whole conversion or a runtime child get fewer.
@@ -303,7 +311,8 @@ def _tf_sources(d: Path, canary: Path) -> Path:
     shutil.copyfile(KERAS, d / "digits.keras")
     model = keras.models.load_model(str(KERAS), compile=False)
     model.save(str(d / "digits.h5"))
-    model.export(str(d / "digits_sm"), verbose=False)
+    specs = [tf.TensorSpec(tuple(t.shape), t.dtype, name=t.name) for t in model.inputs]  # fixed shapes
+    model.export(str(d / "digits_sm"), verbose=False, input_signature=specs)
     # A Lambda whose code creates the canary: loading must refuse it (Keras safe mode).
     fn = eval(f"lambda x: x if open({str(canary)!r}, 'w').close() is None else x")  # noqa: S307
     inp = keras.Input((4,), name="x")
@@ -744,7 +753,7 @@ def _short(text: str, limit: int = 60) -> str:
 def command(kind: str, entry: Path, inputs: Path, out: Path, seeds: SeedSet) -> list[str]:
     """The edgekit command line that reads a mutant of `kind` (relative names are under cwd)."""
     e, o = str(entry), str(out)
-    stop = ["--out", o, "--eval", "missing.npz"]  # the source is opened and run before eval data is read
+    stop = ["--out", o, "--eval", STOP_ARG]  # the source is opened and run before eval data is read
     if kind == "source.pt2":
         return ["convert", e, "--target", "onnx", *stop]
     if kind == "source.torchscript":
@@ -1133,7 +1142,7 @@ def _display(arg: str, mutant_dir: Path, root: Path) -> str:
 
 def root_cause(o: Outcome, check: str, detail: str) -> tuple:
     """What findings share: the check, and the exception and where it was raised when known."""
-    if o.cause:
+    if o.cause and check in ("exit-code", "escaped"):
         where = re.sub(r":\d+ in ", ":", o.cause["where"] or o.cause["origin"] or "?")
         return (check, o.cause["type"], where)
     if check == "traceback":
@@ -1177,9 +1186,14 @@ def summary(outcomes: list[Outcome], *, seed: int, total: int, seconds: float | 
     lines.append("mutants per kind:")
     for k in KINDS:
         if kinds[k]:
-            per = collections.Counter(str(o.exit) for o in outcomes if o.mutant.kind == k)
+            mine = [o for o in outcomes if o.mutant.kind == k]
+            per = collections.Counter(str(o.exit) for o in mine)
+            # a model or calibration set read in full stops at the missing eval data (exit 2)
+            read = sum(STOP in o.output for o in mine)
             lines.append(f"  {k:<24}{kinds[k]:>5}  {time_by_kind[k]:7.1f} s   exits "
-                         + ", ".join(f"{c}×{n}" for c, n in sorted(per.items())))
+                         + ", ".join(f"{c}×{n}" for c, n in sorted(per.items()))
+                         + (f"  (read in full, then stopped at the missing eval data: {read})"
+                            if any(STOP_ARG in o.args for o in mine) else ""))
     lines.append("exit codes: " + ", ".join(f"{c}: {n}" for c, n in sorted(codes.items(), key=lambda kv: kv[0])))
     groups = group_findings(outcomes)
     bad = sum(1 for o in outcomes if o.findings)
@@ -1188,7 +1202,7 @@ def summary(outcomes: list[Outcome], *, seed: int, total: int, seconds: float | 
         per_kind = collections.Counter(o.mutant.kind for o, _ in items)
         first, detail = items[0]
         head = f"[{i}] {key[0]}"
-        if first.cause:
+        if first.cause and key[0] in ("exit-code", "escaped"):
             c = first.cause
             head += f" — {c['type']} at {c['where'] or '?'} (raised in {c['origin']}): {c['message']}"
         else:
@@ -1203,6 +1217,11 @@ def summary(outcomes: list[Outcome], *, seed: int, total: int, seconds: float | 
                          f"--only '{o.mutant.id}' --keep DIR" + (f"; inputs kept in {o.kept}" if o.kept else ""))
             for line in o.output.splitlines()[-6:]:
                 lines.append(f"      | {line[:240]}")
+        rest = items[examples:]
+        for o, _ in rest[:20]:
+            lines.append(f"    also {o.mutant.id} (exit {o.exit}): {o.mutation[:140]}")
+        if len(rest) > 20:
+            lines.append(f"    … and {len(rest) - 20} more")
     return "\n".join(lines)
 
 

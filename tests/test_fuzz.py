@@ -46,10 +46,6 @@ def _op_names(op: tuple) -> list[str]:
     return [op[0], *(n for x in nested for n in _op_names(x))]
 
 
-@pytest.mark.xfail(strict=False, reason="open findings, listed in the failure message: `edgekit check` on given "
-                                        "artifacts leaves onnxruntime's .ses and torchinductor_root in $TMPDIR; "
-                                        "exit 70 on an ExportedProgram whose graph fails on zeros, an ONNX model "
-                                        "onnxruntime refuses, a structured-dtype .npy; remove this mark once fixed")
 def test_every_input_kind_survives_its_mutants(fuzz_seeds, tmp_path):
     mutants = fuzzing.generate(fuzz_seeds, MUTANTS, SEED)
     outcomes = fuzzing.Fuzz(fuzz_seeds, tmp_path / "run", jobs=2, timeout=90, keep=tmp_path / "findings").run(mutants)
