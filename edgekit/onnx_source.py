@@ -69,11 +69,10 @@ def open_onnx(location: str, declared: tuple[TensorSpec, ...] | None) -> OnnxSou
         specs.append(TensorSpec(value.name, tuple(shape), dtype))
     sig = Signature(tuple(specs))
     files = onnx_files(Path(location))
-    probe = OnnxSource(ModelArtifact("onnx", location, sig, "fp32", files))
     zeros = {s.name: np.zeros(s.shape, s.dtype) for s in specs}
     try:
-        outputs = probe.run(zeros)
-    except Exception as e:
+        outputs = OnnxSource(ModelArtifact("onnx", location, sig, "fp32", files)).run(zeros)
+    except Exception as e:  # onnxruntime refuses the model (a session it cannot create) or fails running it
         raise BadInput(f"{location} does not run in onnxruntime with inputs {sig.describe()}: {first_line(e)}") from None
     sig = Signature(sig.inputs, tuple(TensorSpec(f"output_{i}", tuple(o.shape) or (1,), _np_dtype(o))
                                       for i, o in enumerate(outputs)))

@@ -57,9 +57,54 @@ def open_tf(fmt: str, location: str, declared: tuple[TensorSpec, ...] | None, *,
     return _open_saved_model(location, declared, trust_model_code)
 
 
+# Reads every attribute and dataset of a Keras file's HDF5 content, as loading it will: run in a child
+# process first because a damaged HDF5 file can make the HDF5 library spin forever inside one read,
+# where neither Ctrl-C nor SIGTERM reaches Python.
+_HDF5_PROBE = """
+import io, sys, zipfile
+from edgekit.runners import die_with_parent
+die_with_parent()
+import h5py
+path = sys.argv[1]
+if zipfile.is_zipfile(path):
+    with zipfile.ZipFile(path) as archive:
+        files = [io.BytesIO(archive.read(n)) for n in archive.namelist() if n.endswith(".h5")]
+else:
+    files = [path]
+def touch(name, obj):
+    for key in obj.attrs:
+        obj.attrs[key]
+    if isinstance(obj, h5py.Dataset):
+        obj[()]
+for f in files:
+    with h5py.File(f, "r") as h5:
+        touch("/", h5)
+        h5.visititems(touch)
+"""
+HDF5_PROBE_SECONDS = 30
+
+
+def _hdf5_finishes(location: str) -> None:
+    """BadInput when reading the file's HDF5 content hangs or crashes (in a child process); a plain
+    error is left for Keras to report."""
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.run([sys.executable, "-c", _HDF5_PROBE, location], capture_output=True,
+                              timeout=HDF5_PROBE_SECONDS, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise BadInput(f"{location}: reading its HDF5 content did not finish in {HDF5_PROBE_SECONDS} s; the file "
+                       "is damaged", fix="give an intact file (re-save or re-copy it)") from None
+    if proc.returncode < 0:
+        raise BadInput(f"{location}: reading its HDF5 content crashed (signal {-proc.returncode}); the file is damaged",
+                       fix="give an intact file (re-save or re-copy it)")
+
+
 def _open_keras(location: str, declared) -> TfSource:
     from edgekit.tf_safety import check_keras_file
 
+    _hdf5_finishes(location)
     check_keras_file(location)  # before Keras: a config that would load files from outside the model
     import keras
 

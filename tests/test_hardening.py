@@ -401,3 +401,39 @@ def test_sigterm_ends_a_run_like_ctrl_c_and_sigkill_leaves_nothing_a_later_run_k
     again = run_cli("convert", DIGITS, "-t", "onnx", "--out", tmp_path / "out")
     assert again.returncode == 0, again.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["digits_cnn.onnx", "digits_cnn.onnx.data"]
+
+
+# --- damaged models the libraries choke on ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_an_hdf5_file_whose_reading_never_ends_exits_2(tmp_path):
+    """A fuzzed Keras .h5 (a chunk of its own bytes inserted at the start) on which the HDF5 library spins
+    forever inside one attribute read, deaf to Ctrl-C and SIGTERM; it is read in a child process first."""
+    from edgekit.tf_source import HDF5_PROBE_SECONDS
+
+    started = time.monotonic()
+    proc = run_cli("convert", REPO / "tests" / "data" / "hdf5_read_spins.h5", "-t", "tflite", "--out", tmp_path / "o",
+                   timeout=HDF5_PROBE_SECONDS + 120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"reading its HDF5 content did not finish in {HDF5_PROBE_SECONDS} s" in _error(proc)
+    assert time.monotonic() - started < HDF5_PROBE_SECONDS + 60
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_onnx_model_onnxruntime_refuses_exits_2(converted_digits, tmp_path):
+    """It passes the ONNX checker (an attribute's value is not checked) but onnxruntime cannot make a session."""
+    import onnx
+
+    _, out = converted_digits
+    model = onnx.load(out / "digits_cnn.onnx")
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    auto_pad = next((a for a in conv.attribute if a.name == "auto_pad"), None)
+    if auto_pad is None:
+        auto_pad = onnx.helper.make_attribute("auto_pad", "NOTSET")
+        conv.attribute.append(auto_pad)
+    auto_pad.s = b"\xc1OTSET"
+    onnx.save(model, tmp_path / "bad.onnx")
+    proc = run_cli("convert", tmp_path / "bad.onnx", "-t", "ort", "--out", tmp_path / "o")
+    assert proc.returncode == 2, proc.stderr
+    assert f"{tmp_path / 'bad.onnx'} does not run in onnxruntime" in _error(proc)
