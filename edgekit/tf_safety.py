@@ -37,7 +37,8 @@ a candidate that is in none of them.
   Abort (ends the process).
 - `PYTHON_OPS`: PyFunc, PyFuncStateless, EagerPyFunc.
 - `EMBEDDED_GRAPH_OPS`: DatasetFromGraph and MlirPassthroughOp run a graph or an MLIR module
-  carried as data, which this scan cannot see into.
+  carried as data, which this scan cannot see into; XlaCustomCall/V2 call whatever native function
+  is registered under the name the graph gives (they are in the registry once XLA's ops are loaded).
 - `CONDITIONAL`: ops refused only with an attribute that reaches a file or the network: PrintV2
   with a `file://` output stream; DebugIdentity/V2/V3, DebugNanCount and DebugNumericSummary with
   `debug_urls`; Copy/CopyHost with `debug_ops_spec`; DecodeProtoV2/EncodeProto whose
@@ -108,7 +109,7 @@ PROCESS_OPS = frozenset({
 
 PYTHON_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
-EMBEDDED_GRAPH_OPS = frozenset({"DatasetFromGraph", "MlirPassthroughOp"})
+EMBEDDED_GRAPH_OPS = frozenset({"DatasetFromGraph", "MlirPassthroughOp", "XlaCustomCall", "XlaCustomCallV2"})
 
 KINDS = (("file-system", FILE_OPS), ("process/network", PROCESS_OPS), ("Python-callback", PYTHON_OPS),
          ("embedded-graph", EMBEDDED_GRAPH_OPS))
