@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.calibration.data import SampleSet, load_samples, random_samples, validate
-from edgekit.errors import BadInput, first_line, reading
+from edgekit.errors import BadInput, reading
 from edgekit.formats import IMPORT_SPEC
 from edgekit.signature import Signature
 
@@ -193,14 +193,10 @@ def _from_images(files: list[Path], signature: Signature, prep: ImagePreprocess,
 
 
 def _from_function(spec: str, signature: Signature, project: str | None = None) -> SampleSet:
-    from edgekit.loading import import_spec
+    from edgekit.loading import call_user, import_spec
 
     fn = import_spec(spec, "calibration function", project)
-    try:
-        produced = fn() if callable(fn) else fn
-        items = list(produced)
-    except (Exception, SystemExit) as e:
-        raise BadInput(f"calibration function {spec} failed: {type(e).__name__}: {first_line(e)}") from None
+    items = call_user(lambda: list(fn() if callable(fn) else fn), f"calibration function {spec}")
     names = signature.input_names
     per_input: dict[str, list] = {n: [] for n in names}
     for i, item in enumerate(items):

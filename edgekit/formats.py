@@ -191,33 +191,21 @@ NAME_PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")  # as edgekit names f
 
 def artifact_files(fmt: str, path: str | Path) -> tuple[str, ...]:
     """The artifact file and the side files that ship with it, the artifact first."""
-    from edgekit import io_params
-
     path = Path(path)
     files = [str(path)]
     if fmt == "onnx":
         files += [f for f in onnx_files(path)[1:] if Path(f).is_file()]
-    if fmt == "ort":
-        config = path.with_name(path.stem + ORT_CONFIG_SUFFIX)
-        if config.is_file():
-            files.append(str(config))
-    sidecar = io_params.sidecar(path)
-    if sidecar.is_file():
-        files.append(str(sidecar))
+    files += [str(path.with_name(n)) for n in side_file_names(fmt, path) if path.with_name(n).is_file()]
     return tuple(dict.fromkeys(files))
 
 
 def side_file_names(fmt: str, path: str | Path) -> tuple[str, ...]:
-    """The names of the side files edgekit may write beside an artifact at `path` (present or not)."""
+    """The names of the side files edgekit writes beside an artifact at `path` (present or not); an ONNX
+    model's external data is named by the model itself (`onnx_files`)."""
     from edgekit import io_params
 
     path = Path(path)
-    names = [io_params.sidecar(path).name]
-    if fmt == "onnx":
-        names.append(path.name + ".data")
-    if fmt == "ort":
-        names.append(path.stem + ORT_CONFIG_SUFFIX)
-    return tuple(names)
+    return ((path.stem + ORT_CONFIG_SUFFIX,) if fmt == "ort" else ()) + (io_params.sidecar(path).name,)
 
 
 def split_name(path: Path) -> tuple[str, str | None]:

@@ -18,11 +18,11 @@ _ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 3: "int8", 
 class OnnxSource:
     """An ONNX source model; onnxruntime on the original file is its reference."""
 
-    def __init__(self, artifact: ModelArtifact):
+    def __init__(self, artifact: ModelArtifact, runner=None):
         from edgekit.targets.onnx import OnnxRunner
 
         self.artifact = artifact
-        self._runner = OnnxRunner(artifact.path, artifact.signature)
+        self._runner = runner or OnnxRunner(artifact.path, artifact.signature)
 
     @property
     def signature(self) -> Signature:
@@ -71,12 +71,13 @@ def open_onnx(location: str, declared: tuple[TensorSpec, ...] | None) -> OnnxSou
     files = onnx_files(Path(location))
     zeros = {s.name: np.zeros(s.shape, s.dtype) for s in specs}
     try:
-        outputs = OnnxSource(ModelArtifact("onnx", location, sig, "fp32", files)).run(zeros)
+        probe = OnnxSource(ModelArtifact("onnx", location, sig, "fp32", files))
+        outputs = probe.run(zeros)
     except Exception as e:  # onnxruntime refuses the model (a session it cannot create) or fails running it
         raise BadInput(f"{location} does not run in onnxruntime with inputs {sig.describe()}: {first_line(e)}") from None
     sig = Signature(sig.inputs, tuple(TensorSpec(f"output_{i}", tuple(o.shape) or (1,), _np_dtype(o))
                                       for i, o in enumerate(outputs)))
-    return OnnxSource(ModelArtifact("onnx", location, sig, "fp32", files))
+    return OnnxSource(ModelArtifact("onnx", location, sig, "fp32", files), probe._runner)  # the same session
 
 
 def _show(dims: list) -> str:

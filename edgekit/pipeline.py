@@ -23,7 +23,7 @@ from edgekit.calibration.data import SampleSet
 from edgekit.calibration.methods import (AUTO, HOLDOUT_FRACTION, METHODS, check_supported, quantizing_step,
                                         split_supported)
 from edgekit.calibration.sources import CalibrationSpec
-from edgekit.errors import BadInput
+from edgekit.errors import BadInput, ConversionFailed
 from edgekit.graph import Graph, Plan
 from edgekit.loading import Source, SourceOptions
 from edgekit.quiet import captured, private_dir, temp_files_in
@@ -273,7 +273,11 @@ def _verify_given(p, fmt: str, files, inspection: dict, signature, samples, refe
     target = by_format(fmt)
     artifact = ModelArtifact(fmt, str(p), signature, files=files, meta={"route": ["given"], "seconds": 0.0})
     say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
-    outputs, _ = run_isolated(artifact, samples.inputs, given=True)
+    try:
+        outputs, _ = run_isolated(artifact, samples.inputs)
+    except ConversionFailed as e:  # nothing was converted: the file given is what cannot be run
+        raise BadInput(f"{p}: {e.message}", fix="the file is damaged or not a valid artifact; "
+                                               "give the file as the converter wrote it") from None
     precision = split_name(Path(p))[1] or precision_from_inspection(inspection["weight_bytes_by_dtype"],
                                                                     inspection["int8_weight_share"])
     thresholds = {**THRESHOLDS.get(precision, {}), **(thresholds_for(precision) if thresholds_for else {})}
@@ -380,20 +384,21 @@ def _place(artifact: ModelArtifact, out_dir: Path) -> ModelArtifact:
     """Move the artifact's files, as a set, from the temporary folder into the output folder.
 
     Under a lock on the folder (two runs into one --out place one set after the other), side files an
-    earlier artifact of the same name left there and this one does not have (an `.io.json`, external
-    data) are removed, then the side files are renamed into place and the model file last.
+    earlier artifact of the same name left there and this one does not have (an `.io.json`, the
+    external data the earlier model names) are removed, then the side files are renamed into place
+    and the model file last.
     """
-    from edgekit.formats import artifact_files, side_file_names
+    from edgekit.formats import onnx_files, side_file_names
 
     main = Path(artifact.path).name
     names = [Path(f).name for f in artifact.files]
     with _locked(out_dir):
         old = out_dir / main
         earlier = set(side_file_names(artifact.format, old))
-        if old.is_file():
+        if artifact.format == "onnx" and old.is_file():
             try:
-                earlier |= {Path(f).name for f in artifact_files(artifact.format, old)[1:]}
-            except Exception:  # an unreadable earlier file: its conventional side files still go
+                earlier |= {Path(f).name for f in onnx_files(old)[1:]}
+            except Exception:  # an unreadable earlier model: its edgekit side files still go
                 pass
         for name in earlier - set(names):
             stale = out_dir / name

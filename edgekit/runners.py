@@ -17,7 +17,7 @@ import numpy as np
 
 from edgekit.artifact import ModelArtifact
 from edgekit.deps import require
-from edgekit.errors import BadInput, ConversionFailed
+from edgekit.errors import ConversionFailed
 from edgekit.signature import Signature
 
 
@@ -32,13 +32,12 @@ def load_runner(fmt: str, path: str, signature: Signature):
 
 
 def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, timeout: float = 900,
-                 inspect: bool = False, given: bool = False) -> tuple[list[np.ndarray], dict | None]:
+                 inspect: bool = False) -> tuple[list[np.ndarray], dict | None]:
     """Run `artifact` on stacked `inputs` (leading sample axis) in a child process.
 
     Returns one stacked array per output and, with `inspect`, the artifact's inspection (see
     edgekit.targets.inspection) as JSON. A crash or error in the runtime becomes a
-    ConversionFailed naming the runtime and quoting its last words — or, for an artifact the user
-    `given` (not one edgekit made), a BadInput: the file is what cannot be run.
+    ConversionFailed naming the runtime and quoting its last words.
     """
     from edgekit.targets import by_format
 
@@ -47,7 +46,7 @@ def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, time
         sig_path, in_path, out_path, insp_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz", "insp.json"))
         _write_job(artifact.signature, inputs, sig_path, in_path)
         _child(["edgekit.targets.worker", artifact.format, str(artifact.path), sig_path, in_path, out_path]
-               + ([insp_path] if inspect else []), artifact.format, artifact.path, timeout, given)
+               + ([insp_path] if inspect else []), artifact.format, artifact.path, timeout)
         with np.load(out_path) as data:
             outputs = [data[f"output_{j}"] for j in range(len(data.files))]
         inspection = None
@@ -116,9 +115,8 @@ def _write_job(signature: Signature, inputs: dict[str, np.ndarray], sig_path: st
     np.savez(in_path, **inputs)
 
 
-def _child(args: list[str], fmt: str, path: str, timeout: float, given: bool = False) -> None:
-    """Run `python -m args...`; a crash, error or timeout becomes a ConversionFailed naming the runtime
-    (a BadInput naming the file when the user `given` it)."""
+def _child(args: list[str], fmt: str, path: str, timeout: float) -> None:
+    """Run `python -m args...`; a crash, error or timeout becomes a ConversionFailed naming the runtime."""
     from edgekit.targets import by_format
 
     runtime = by_format(fmt).runtime
@@ -129,9 +127,6 @@ def _child(args: list[str], fmt: str, path: str, timeout: float, given: bool = F
         raise ConversionFailed(f"{runtime} did not finish {Path(path).name} within {timeout:.0f} s") from None
     if proc.returncode != 0:
         how = f"crashed (signal {-proc.returncode})" if proc.returncode < 0 else "failed"
-        if given:
-            raise BadInput(f"{runtime} {how} running {path}: {_last_words(proc.stderr)}",
-                           fix="the file is damaged or not a valid artifact; give the file as the converter wrote it")
         raise ConversionFailed(f"{runtime} {how} running {Path(path).name}: {_last_words(proc.stderr)}")
 
 

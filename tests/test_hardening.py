@@ -440,3 +440,10 @@ def test_an_onnx_model_onnxruntime_refuses_exits_2(converted_digits, tmp_path):
     proc = run_cli("convert", tmp_path / "bad.onnx", "-t", "ort", "--out", tmp_path / "o")
     assert proc.returncode == 2, proc.stderr
     assert f"{tmp_path / 'bad.onnx'} does not run in onnxruntime" in _error(proc)
+    # given to `check` as an artifact: it reads, but its runtime cannot run it; nothing was converted, so exit 2
+    config = _config(tmp_path, f'[[models]]\nname = "m"\npath = "{DIGITS}"\neval = "{DIGITS_EVAL}"\n'
+                               f'artifacts = ["{tmp_path / "bad.onnx"}"]\n')
+    check = run_cli("check", config, "--out", tmp_path / "check")
+    assert check.returncode == 2, check.stderr
+    assert _error(check).startswith(f"edgekit: error: {tmp_path / 'bad.onnx'}: ONNX Runtime (CPU) failed running")
+    assert "the file is damaged or not a valid artifact" in _error(check)
