@@ -98,6 +98,7 @@ def edgekit_convert(target_format, precision, samples, folder):
     from edgekit.graph import Graph
     from edgekit.loading import open_source
     from edgekit.pipeline import ConvertContext
+    from edgekit.quant import QuantSpec
     from edgekit.quiet import captured
     from edgekit.targets import by_format
 
@@ -105,7 +106,8 @@ def edgekit_convert(target_format, precision, samples, folder):
         src = open_source(str(MODEL))
         plan = Graph().plan(src.artifact.format, target_format, precision)
         # The calibration method each backend uses by default: a histogram (mse) for PT2E, MinMax for ORT.
-        ctx = ConvertContext(src, folder, samples, "minmax" if target_format == "onnx" else "mse")
+        ctx = ConvertContext(src, folder, samples,
+                             QuantSpec(precision, "minmax" if target_format == "onnx" else "mse"))
         artifact = src.artifact
         for i, step in enumerate(plan.steps):
             path = folder / f"step{i}{by_format(step.converter.target).extension}"

@@ -34,35 +34,44 @@ def _targets_where(has) -> list[str]:
     return [t.name for t in TARGETS.values() if t.format in formats]
 
 
-def _lacks(conv, method: str, int8_io: bool) -> str | None:
-    """What the int8 converter `conv` lacks of what was asked ("method" or "int8_io"), else None."""
+def _lacks(conv, method: str, spec) -> str | None:
+    """What the int8 converter `conv` lacks of what was asked ("method", "int8_io" or "overrides"), else None."""
     if method != AUTO and method not in conv.methods:
         return "method"
-    if int8_io and not conv.int8_io:
+    if spec.int8_io and not conv.int8_io:
         return "int8_io"
+    if any(o.precision not in conv.fallbacks for o in spec.overrides):
+        return "overrides"
     return None
 
 
-def split_supported(plans, method: str, int8_io: bool) -> tuple[list, list[tuple[str, str]]]:
-    """(the plans whose int8 step has the method and integer I/O asked for, [(target, why not)])."""
+def split_supported(plans, method: str, spec) -> tuple[list, list[tuple[str, str]]]:
+    """(the plans whose int8 step has the method, integer I/O and layer overrides asked for (`spec`, a
+    QuantSpec), [(target, why not)])."""
     kept, left_out = [], []
     for target, plan in plans:
         step = quantizing_step(plan)
-        lack = _lacks(step.converter, method, int8_io) if step is not None else None
+        lack = _lacks(step.converter, method, spec) if step is not None else None
         if lack == "method":
             left_out.append((target.name, f"no '{method}' calibration (it has {', '.join(step.converter.methods)})"))
         elif lack == "int8_io":
             left_out.append((target.name, "no integer inputs and outputs"))
+        elif lack == "overrides":
+            left_out.append((target.name, "cannot keep layers at " + ", ".join(sorted({o.precision for o in spec.overrides}
+                                                                                       - set(step.converter.fallbacks)))))
         else:
             kept.append((target, plan))
     return kept, left_out
 
 
-def check_supported(plans, method: str, int8_io: bool) -> None:
-    """Before any work: every int8 route must have the method (or auto) and, if asked, integer I/O."""
+def check_supported(plans, method: str, spec) -> None:
+    """Before any work: every int8 route must have the method (or auto), integer I/O if asked, and
+    what the quantization spec asks for (bit widths, granularity, layer overrides)."""
+    from edgekit.quant import check_expressible
+
     for target, plan in plans:
         step = quantizing_step(plan)
-        lack = _lacks(step.converter, method, int8_io) if step is not None else None
+        lack = _lacks(step.converter, method, spec) if step is not None else None
         if lack == "method":
             having = _targets_where(lambda c: method in c.methods)
             raise BadInput(
@@ -76,3 +85,5 @@ def check_supported(plans, method: str, int8_io: bool) -> None:
                 f"the {target.name} backend cannot give a model integer inputs and outputs",
                 fix="drop --int8-io for this target" + (f"; targets that can: {', '.join(having)}" if having else ""),
             )
+        if step is not None:
+            check_expressible(spec, step.converter, target.name)

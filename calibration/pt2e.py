@@ -31,10 +31,11 @@ def _observer(method: str):
     return {"minmax": MinMaxObserver, "mse": HistogramObserver}[method]
 
 
-def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic: bool):
-    """Set the backend `quantizer`'s global config: symmetric per-channel int8 with the method's
-    observer. Quantize with `edgekit_quantizer(quantizer, ...)`, which adds edgekit's patterns."""
-    config = get_config(is_per_channel=True, is_dynamic=dynamic)
+def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic: bool, per_channel: bool = True):
+    """Set the backend `quantizer`'s global config: symmetric int8 (weights per channel unless
+    `per_channel` is False) with the method's observer. Quantize with `edgekit_quantizer(quantizer,
+    ...)`, which adds edgekit's patterns."""
+    config = get_config(is_per_channel=per_channel, is_dynamic=dynamic)
     if not dynamic:
         # The config classes are frozen dataclasses: replace the activation observer.
         act = dataclasses.replace(config.input_activation,
@@ -49,11 +50,11 @@ BACKENDS = {"tflite": dict(matmul_int8=True, linears_2d=False),
             "xnnpack": dict(matmul_int8=False, linears_2d=True)}
 
 
-def edgekit_quantizer(backend, get_config: Callable[..., Any], kind: str):
+def edgekit_quantizer(backend, get_config: Callable[..., Any], kind: str, float_layers: tuple[str, ...] = ()):
     """The configured `backend` quantizer ("tflite" or "xnnpack", the `kind`) with edgekit's
     annotations (see edgekit.calibration.pt2e_quantizer); `get_config` gives it the backend's
-    dynamic config."""
-    return make(backend, get_config(is_per_channel=True, is_dynamic=True), **BACKENDS[kind])
+    dynamic config; the `float_layers` (module paths) stay float."""
+    return make(backend, get_config(is_per_channel=True, is_dynamic=True), float_layers=float_layers, **BACKENDS[kind])
 
 
 def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, example_args: tuple,

@@ -81,8 +81,10 @@ class EdgeQuantizer:
     torchao's `Quantizer` on demand (no torch import here).
     """
 
-    def __init__(self, backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool):
+    def __init__(self, backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool,
+                 float_layers: tuple[str, ...] = ()):
         self.backend = backend
+        self.float_layers = float_layers  # module paths kept float (a QuantSpec's overrides)
         self.config = backend.global_config
         self.dynamic_config = dynamic_config
         self.keep_float: set[str] = set()  # node names that stay float (pt2e.quantize sets them)
@@ -110,6 +112,8 @@ class EdgeQuantizer:
         for node in model.graph.nodes:
             if node.name in self.keep_float:
                 _strip(node)
+        for node in _layer_nodes(model, self.float_layers):
+            _strip(node)
         _drop_dangling_shares(model)  # specs shared with what the steps above unquantized
         return model
 
@@ -117,14 +121,15 @@ class EdgeQuantizer:
         self.backend.validate(model)
 
 
-def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool):
+def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool, float_layers: tuple[str, ...] = ()):
     """An `EdgeQuantizer` that is also a torchao `Quantizer` (what prepare_pt2e takes)."""
     from torchao.quantization.pt2e.quantizer import Quantizer
 
     class _Quantizer(EdgeQuantizer, Quantizer):
         def __init__(self):
             Quantizer.__init__(self)
-            EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8, linears_2d=linears_2d)
+            EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8, linears_2d=linears_2d,
+                                   float_layers=float_layers)
 
     return _Quantizer()
 
@@ -369,6 +374,57 @@ def _float_residual_stream(model, dynamic_act) -> None:
                 annotation.output_qspec = None
                 if _name(node) == "linear.default" and node.args[0] in annotation.input_qspec_map:
                     annotation.input_qspec_map[node.args[0]] = dynamic_act
+
+
+def module_path(node) -> str | None:
+    """The module path of the source module a graph node was traced from (what `edgekit layers` names
+    a torch layer by), or None for the model's top level."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return list(stack.values())[-1][0] or None if stack else None
+
+
+def _layer_nodes(model, layers: tuple[str, ...]) -> list:
+    """The annotated nodes that make up each named layer: the nodes traced from that module, with
+    the nodes they are fused with (a conv with its BatchNorm and clamp: a unit whose inner outputs
+    are not quantized), so that keeping a layer float keeps the whole unit float."""
+    from edgekit.quant import unknown_layers
+
+    if not layers:
+        return []
+    by_layer: dict[str, list] = {}
+    for node in model.graph.nodes:
+        path = module_path(node) if node.op == "call_function" else None
+        if path:
+            by_layer.setdefault(path, []).append(node)
+    missing = [layer for layer in layers if layer not in by_layer]
+    if missing:
+        raise unknown_layers(missing, set(by_layer), "the model")
+    unit = []
+    for layer in layers:
+        for node in by_layer[layer]:
+            if _annotation(node) is not None:
+                unit += [n for n in _fused_unit(node) if n not in unit]
+    return unit
+
+
+def _fused_unit(node) -> list:
+    """`node` and the nodes quantized with it as one unit: along edges that carry no quantization
+    (a conv's output into its BatchNorm and clamp, whose output alone is quantized)."""
+    def inner_edge(producer, consumer) -> bool:
+        p, c = _annotation(producer), _annotation(consumer)
+        return (p is not None and c is not None and p.output_qspec is None and len(producer.users) == 1
+                and producer not in c.input_qspec_map)
+
+    unit = [node]
+    head = node
+    while head.args and hasattr(head.args[0], "op") and inner_edge(head.args[0], head):
+        head = head.args[0]
+        unit.insert(0, head)
+    tail = node
+    while len(tail.users) == 1 and inner_edge(tail, next(iter(tail.users))):
+        tail = next(iter(tail.users))
+        unit.append(tail)
+    return unit
 
 
 def _strip(node) -> None:

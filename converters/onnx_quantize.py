@@ -32,6 +32,8 @@ class OnnxQuantize(Converter):
     precisions = ("fp16", "int8", "int8-dynamic")
     methods = ("minmax", "percentile", "entropy")
     int8_io = True
+    fallbacks = ("int16", "float")  # TensorQuantOverrides with QInt16 activations (a16w8); nodes_to_exclude
+    granularities = ("per_channel", "per_tensor")
     extra = "onnx"
     requires = ("onnx", "onnxruntime")  # no torch: ONNX models from TensorFlow take this edge too
     cost = 1.0
@@ -56,7 +58,7 @@ class OnnxQuantize(Converter):
             quantize_dynamic(str(prepared), str(out_path), per_channel=True, weight_type=QuantType.QInt8)
         else:
             self._static(prepared, out_path, src, ctx)
-            if ctx.int8_io:
+            if ctx.spec.int8_io:
                 files.append(str(_integer_io(out_path, src)))
         prepared.unlink()
         return ModelArtifact("onnx", str(out_path), src.signature, precision, files=tuple(files))
@@ -67,22 +69,59 @@ class OnnxQuantize(Converter):
         from onnxruntime.quantization import create_calibrator, save_tensors_data
 
         method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-                  "entropy": CalibrationMethod.Entropy}[ctx.method]
+                  "entropy": CalibrationMethod.Entropy}[ctx.spec.method]
         reader = _Reader(ctx.calibration, _graph_inputs(prepared, src))
         # Calibrate first, so that the ranges can decide what stays float, then quantize with them.
         calibrator = create_calibrator(str(prepared), calibrate_method=method,
                                        augmented_model_path=str(ctx.work_dir / "augmented.onnx"),
-                                       extra_options={"num_bins": ENTROPY_BINS} if ctx.method == "entropy" else {})
+                                       extra_options={"num_bins": ENTROPY_BINS} if ctx.spec.method == "entropy" else {})
         calibrator.collect_data(reader)
         ranges = calibrator.compute_data()
         cache = ctx.work_dir / "ranges.json"
         save_tensors_data(ranges, cache)
+        spec = ctx.spec
+        layers = layer_nodes(prepared, spec.layers("float") + spec.layers("int16"))
+        kept = [n.name for layer in spec.layers("float") for n in layers[layer]]
+        int16 = {t: [{"quant_type": QuantType.QInt16}] for layer in spec.layers("int16")
+                 for t in activations(prepared, layers[layer])}
         quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
-                        nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared),
-                        quant_format=QuantFormat.QDQ,
-                        per_channel=True, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                        calibrate_method=method)
+                        nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept,
+                        quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
         int8_weights_only(out_path)
+
+
+def layer_nodes(model: Path, layers: tuple[str, ...]) -> dict[str, list]:
+    """The nodes of each named layer, named as `edgekit layers` names them (the module path the
+    exporter recorded, else the module of the node's weight, else the node's name)."""
+    import onnx
+
+    from edgekit.quant import unknown_layers
+    from edgekit.targets.onnx_layers import layer_name
+
+    if not layers:
+        return {}
+    graph = onnx.load(str(model), load_external_data=False).graph
+    weights = {i.name for i in graph.initializer}
+    by_layer: dict[str, list] = {}
+    for node in graph.node:
+        by_layer.setdefault(layer_name(node, [i for i in node.input if i in weights]), []).append(node)
+    missing = [layer for layer in layers if layer not in by_layer]
+    if missing:
+        raise unknown_layers(missing, set(by_layer), "the model")
+    return {layer: by_layer[layer] for layer in layers}
+
+
+def activations(model: Path, nodes: list) -> list[str]:
+    """The float activation tensors the nodes read and write (not their weights)."""
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    floats = {v.name for v in (*graph.input, *graph.value_info, *graph.output)
+              if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+    weights = {i.name for i in graph.initializer}
+    return sorted({t for n in nodes for t in (*n.input, *n.output) if t in floats and t not in weights})
 
 
 def _fixed_shapes(path: Path, src: ModelArtifact, work_dir: Path) -> Path:

@@ -35,7 +35,7 @@ class TfToTflite(Converter):
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             converter.representative_dataset = _representative(ctx.calibration, src.signature.input_names)
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-            if ctx.int8_io:
+            if ctx.spec.int8_io:
                 converter.inference_input_type = tf.int8
                 converter.inference_output_type = tf.int8
         out_path.write_bytes(converter.convert())

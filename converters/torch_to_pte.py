@@ -24,6 +24,8 @@ class TorchToPte(Converter):
     precisions = ("fp32", "fp16", "int8", "int8-dynamic")
     methods = pt2e.METHODS
     int8_io = True
+    fallbacks = ("float",)
+    granularities = ("per_channel", "per_tensor")
     extra = "executorch"
     cost = 1.0
     tools = ("torch", "executorch", "torchao")
@@ -43,28 +45,30 @@ class TorchToPte(Converter):
             program = torch.export.export(_fp16_wrapper()(copy.deepcopy(source.exported().module())), args)
         else:
             dynamic = precision == "int8-dynamic"
-            quantized = quantize_int8(source, None if dynamic else ctx.calibration, ctx.method,
+            quantized = quantize_int8(source, None if dynamic else ctx.calibration, ctx.spec,
                                       src.signature.input_names, dynamic=dynamic, example_args=args)
             program = torch.export.export(quantized, args)
-            if ctx.int8_io and not dynamic:
+            if ctx.spec.int8_io and not dynamic:
                 files.append(str(_integer_io(program, src, out_path)))
         lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
         out_path.write_bytes(lowered.to_executorch(_backend_config(precision)).buffer)
         return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files))
 
 
-def quantize_int8(source, calibration, method: str, input_names, *, dynamic: bool = False, example_args=None):
+def quantize_int8(source, calibration, spec, input_names, *, dynamic: bool = False, example_args=None):
     """The PT2E-quantized GraphModule an int8 .pte is lowered from: XNNPACKQuantizer, symmetric
-    per-channel int8, `method`'s activation observer, calibrated on `calibration` (None if dynamic).
-    Shared with edgekit.targets.pte_layers, which attributes drift on this very graph."""
+    int8 as `spec` (a QuantSpec) says, its method's activation observer, its float layers left float,
+    calibrated on `calibration` (None if dynamic). Shared with edgekit.targets.pte_layers, which
+    attributes drift on this very graph."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
     )
 
-    quantizer = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config, method=method, dynamic=dynamic)
+    quantizer = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config, method=spec.method,
+                               dynamic=dynamic, per_channel=spec.granularity == "per_channel")
     args = source.example_args() if example_args is None else example_args
-    quantizer = pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config, "xnnpack")
+    quantizer = pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config, "xnnpack", spec.layers("float"))
     return pt2e.quantize(source.exported().module(), quantizer, calibration, input_names, example_args=args,
                          fold_quantize=True)
 

@@ -71,7 +71,7 @@ class TorchToPtl(Converter):
             else:
                 graph = _float_graph(source.exported().module())
                 if precision == "int8":
-                    graph = _quantize(graph, ctx.calibration, src.signature.input_names, args, ctx.method)
+                    graph = _quantize(graph, ctx.calibration, src.signature.input_names, args, ctx.spec.method)
                 with _own_compilation_unit() as cu, torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     module = torch.jit.trace(graph, args, _store_inputs=False,  # no example inputs in the file

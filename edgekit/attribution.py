@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edgekit.quant import QuantSpec
+
 CEILING_DB = 140.0  # what an exact match counts as (float32 noise is about 140 dB below the signal)
 INPUT_CAP_DB = 60.0  # the most input SQNR a layer is credited with (int8 keeps ~6 dB per bit)
 SHOWN = 5
@@ -174,17 +176,13 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     route; for .pte it is the float exported program, and the int8 side is the PT2E model rebuilt
     with `calibration` (a CalibrationSpec) and `method`.
     """
-    import tempfile
     from pathlib import Path
 
     from edgekit.calibration.data import load_samples
     from edgekit.errors import BadInput
     from edgekit.formats import detect
-    from edgekit.graph import Graph
     from edgekit.loading import SourceOptions, open_source
-    from edgekit.pipeline import ConvertContext, build
     from edgekit.quiet import captured
-    from edgekit.runners import trace_layers_isolated
 
     say = progress or (lambda _msg: None)
     fmt = detect(artifact_path)
@@ -226,14 +224,38 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
                        fix="pass eval data (--eval data.npz) or the calibration data (--calib)")
     inputs = {k: v[:SAMPLES] for k, v in samples.inputs.items()}
     say(f"attributing drift in {Path(artifact_path).name} layer by layer on {len(next(iter(inputs.values())))} samples")
+    pte_calibration = None
     if fmt == "pte":
         from edgekit.calibration.sources import load_calibration
+
+        pte_calibration = load_calibration(calibration, signature)[0]
+    with captured():
+        return rank_layers(model, fmt, artifact_path, inputs, calibration=pte_calibration,
+                           spec=QuantSpec("int8", method), say=say)
+
+
+def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibration=None, spec=None,
+                say=lambda _msg: None) -> list[LayerDrift]:
+    """The layers of the int8 artifact at `artifact_path`, converted from the opened source `model`,
+    ranked on `inputs` (see `attribute`). For .pte, the PT2E model is rebuilt from `calibration` (a
+    SampleSet) and `spec` (a QuantSpec: method and overrides)."""
+    import tempfile
+    from pathlib import Path
+
+    from edgekit.graph import Graph
+    from edgekit.pipeline import ConvertContext, build
+    from edgekit.runners import trace_layers_isolated
+
+    signature = model.artifact.signature
+    if fmt == "pte":
         from edgekit.targets.pte_layers import trace
 
-        with captured():
-            return trace(model, load_calibration(calibration, signature)[0], method, inputs)
+        return trace(model, calibration, spec, inputs)
     with tempfile.TemporaryDirectory(prefix="edgekit-float-") as tmp:
-        plan = Graph().plan(model.artifact.format, fmt, "fp32")
-        float_artifact = build(plan, ConvertContext(model, Path(tmp)), "reference", say)
-        ranked = from_json(trace_layers_isolated(fmt, float_artifact.path, artifact_path, signature, inputs))
+        if model.artifact.format == fmt:  # an .onnx source: it is the float model
+            float_path = model.artifact.path
+        else:
+            plan = Graph().plan(model.artifact.format, fmt, "fp32")
+            float_path = build(plan, ConvertContext(model, Path(tmp)), "reference", say).path
+        ranked = from_json(trace_layers_isolated(fmt, float_path, artifact_path, signature, inputs))
     return _renamed(ranked, _source_layers(model))

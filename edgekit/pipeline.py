@@ -26,6 +26,7 @@ from edgekit.calibration.sources import CalibrationSpec
 from edgekit.errors import BadInput, ConversionFailed
 from edgekit.graph import Graph, Plan
 from edgekit.loading import Source, SourceOptions
+from edgekit.quant import LayerOverride, QuantSpec
 from edgekit.quiet import captured, private_dir, temp_files_in
 from edgekit.verify import THRESHOLDS, Verdict, compare
 
@@ -48,6 +49,16 @@ class ConvertRequest:
     calibration: CalibrationSpec | None = None
     calib_method: str = "minmax"
     int8_io: bool = False
+    granularity: str = "per_channel"
+    overrides: tuple[LayerOverride, ...] = ()  # layers kept back from int8 (edgekit.quant)
+    budgets: tuple = ()  # edgekit.search.Budget: search for the fewest layers to keep back until they hold
+    min_int8_share: float = 0.8
+    max_steps: int = 8
+
+    def spec(self, method: str) -> QuantSpec:
+        """The quantization spec of this request with a concrete calibration method."""
+        return QuantSpec(self.precision, method, granularity=self.granularity, int8_io=self.int8_io,
+                         overrides=self.overrides)
 
     def __post_init__(self):
         if not self.targets:
@@ -57,6 +68,11 @@ class ConvertRequest:
                            fix=f"use one of {', '.join((*METHODS, AUTO))}")
         if self.int8_io and self.precision != "int8":
             raise BadInput("--int8-io needs --precision int8 (or --int8)")
+        if (self.overrides or self.budgets) and self.precision != "int8":
+            raise BadInput(f"{'--keep' if self.overrides else '--budget'} needs --precision int8 (or --int8): "
+                           "it keeps layers of a static int8 model back")
+        if not 0 <= self.min_int8_share <= 1:
+            raise BadInput(f"--min-int8-share {self.min_int8_share:g} is not a share", fix="give a number from 0 to 1")
 
 
 @dataclass(frozen=True)
@@ -83,6 +99,9 @@ class ArtifactResult:
             "seconds": a.meta.get("seconds"), "calibration": a.meta.get("calibration"),
             "verification": self.verdict.to_json(),
         }
+        for key in ("quantization", "search"):  # the int8 spec as made (its overrides); the accuracy-aware search
+            if key in a.meta:
+                out[key] = a.meta[key]
         if "mobile_package" in a.meta:  # .ort: does it fit ONNX Runtime's mobile packages (NNAPI/CoreML)
             out["mobile_package"] = a.meta["mobile_package"]
         return out
@@ -116,8 +135,7 @@ class ConvertContext:
     source: Source  # the opened source model (a TorchSource for PyTorch sources)
     work_dir: Path
     calibration: SampleSet | None = None
-    method: str = "minmax"  # a concrete method, never "auto"
-    int8_io: bool = False
+    spec: QuantSpec = QuantSpec()  # its method is a concrete one, never "auto"
 
 
 def resolve_targets(names: tuple[str, ...], source_format: str, precision: str, graph: Graph) -> list:
@@ -140,7 +158,7 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
     from edgekit.formats import detect
 
     say = progress or (lambda _msg: None)
-    thresholds = {**THRESHOLDS.get(req.precision, {}), **req.thresholds}
+    thresholds = {**THRESHOLDS.get(req.precision, {}), **req.thresholds, **{b.metric: b.limit for b in req.budgets}}
     source_format = detect(req.source)  # fail fast on a bad path, before loading anything heavy
     graph = Graph()
     targets = resolve_targets(req.targets, source_format, req.precision, graph)
@@ -151,13 +169,13 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
     warnings: list[str] = []
     if any(n.strip().lower() == "all" for n in req.targets):
         # `all` keeps the targets that can do what was asked, and says which it left out.
-        plans, left_out = split_supported(plans, req.calib_method, req.int8_io)
+        plans, left_out = split_supported(plans, req.calib_method, req.spec(req.calib_method))
         warnings += [f"--target all: skipped {name}: {why}" for name, why in left_out]
         if not plans:
             raise BadInput("no target can do what was asked: " + "; ".join(f"{n}: {w}" for n, w in left_out))
     calibrated = any(quantizing_step(p) for _, p in plans)
     if calibrated:
-        check_supported(plans, req.calib_method, req.int8_io)
+        check_supported(plans, req.calib_method, req.spec(req.calib_method))
         if req.calibration is None:
             raise BadInput(f"{req.precision} needs calibration data",
                            fix="pass --calib data.npz (a folder of .npy or images, or module:function); "
@@ -167,7 +185,7 @@ def convert(req: ConvertRequest, progress: Progress | None = None) -> ConvertRes
     with run_folder(out_dir) as run_tmp:
         source_model, calib, held_out, samples, reference = _reference(req, calibrated, warnings, say)
         selection = None
-        if req.calib_method == AUTO and held_out is not None:
+        if (req.calib_method == AUTO or req.budgets) and held_out is not None:
             selection = (held_out, reference if held_out is samples else _run_reference(source_model, held_out))
         job = _Job(source_model, req, calib, selection, thresholds, out_dir, run_tmp, _stem(req.source), say)
         results = [job.run(target, plan, samples, reference) for target, plan in plans]
@@ -215,10 +233,17 @@ def _reference(req: ConvertRequest, calibrated: bool, warnings: list[str], say: 
     if calibrated:
         calib, calib_warnings = load_calibration(req.calibration, source.signature)
         warnings += calib_warnings
-        if req.calib_method == AUTO or not req.eval_data:
+        if req.calib_method == AUTO or req.budgets or not req.eval_data:
             calib, held_out = calib.split(HOLDOUT_FRACTION)
     if req.eval_data:
         samples = load_samples(req.eval_data, source.signature, what="eval data")
+    elif held_out is not None and req.budgets:
+        if len(held_out) < 2:
+            raise BadInput(f"--budget without --eval needs more calibration samples: {len(held_out)} held out is too few "
+                           "to both search on and verify on", fix="pass --eval data.npz")
+        held_out, samples = held_out.split(0.5)  # the final verdict never sees the samples the search chose on
+        warnings.append(f"no --eval data: searched on {len(held_out)} and verified on {len(samples)} other "
+                        "held-out calibration samples")
     elif held_out is not None:
         samples = held_out
         warnings.append(f"no --eval data: verified on {len(held_out)} held-out calibration samples")
@@ -305,15 +330,21 @@ class _Job:
             step = quantizing_step(plan)
             calibration = None
             if step is None:
-                artifact = self._route(target, plan, tmp, "minmax")
-            elif self.req.calib_method == AUTO:
-                artifact, calibration = self._auto(target, plan, step, tmp)
+                artifact = self._route(target, plan, tmp, self.req.spec("minmax"))
             else:
-                artifact = self._route(target, plan, tmp, self.req.calib_method)
-                calibration = {"method": self.req.calib_method}
-            if calibration is not None:
+                if self.req.calib_method == AUTO:
+                    artifact, calibration = self._auto(target, plan, step, tmp)
+                else:
+                    artifact, calibration = None, {"method": self.req.calib_method}
+                spec = self.req.spec(calibration["method"])
+                search = None
+                if self.req.budgets:
+                    artifact, spec, search = self._search(target, plan, step, tmp, spec, artifact)
+                elif artifact is None:
+                    artifact = self._route(target, plan, tmp, spec)
                 calibration = {"source": self.calib.source, "samples": len(self.calib), **calibration}
-                artifact = artifact.evolve(meta={"calibration": calibration})
+                meta = {"calibration": calibration, "quantization": spec.to_json()}
+                artifact = artifact.evolve(meta={**meta, "search": search} if search else meta)
             self.say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
             started = time.perf_counter()
             outputs, inspection = run_isolated(artifact, samples.inputs, inspect=True)
@@ -325,9 +356,40 @@ class _Job:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _route(self, target, plan: Plan, folder: Path, method: str) -> ModelArtifact:
-        ctx = ConvertContext(self.source, folder, self.calib, method, self.req.int8_io)
+    def _route(self, target, plan: Plan, folder: Path, spec: QuantSpec) -> ModelArtifact:
+        ctx = ConvertContext(self.source, folder, self.calib, spec)
         return build(plan, ctx, self.stem, lambda msg: self.say(f"{target.name}: {msg}"))
+
+    def _search(self, target, plan: Plan, step, tmp: Path, spec: QuantSpec, first: ModelArtifact | None):
+        """Accuracy-aware int8 (edgekit.search): (the artifact, its spec, the search's record)."""
+        from edgekit.attribution import SAMPLES, rank_layers
+        from edgekit.runners import run_isolated
+        from edgekit.search import Measurement, Search
+
+        held_out, held_ref = self.selection
+        say = lambda msg: self.say(f"{target.name}: {msg}")  # noqa: E731
+
+        def measure(spec: QuantSpec, index: int) -> Measurement:
+            started = time.perf_counter()
+            artifact = first if index == 0 and first is not None else self._route(target, plan, tmp / f"step{index}", spec)
+            outputs, inspection = run_isolated(artifact, held_out.inputs, inspect=True)
+            floats = sum(n for dtype, n in inspection["weight_bytes_by_dtype"].items() if dtype.startswith(("float", "bfloat")))
+            return Measurement(spec, artifact, compare(held_ref, outputs, {}).metrics, inspection["int8_weight_share"],
+                               artifact.bytes, floats, time.perf_counter() - started)
+
+        def rank(m: Measurement) -> list:
+            say(f"ranking the layers of the int8 model by the SQNR each loses on {min(SAMPLES, len(self.calib))} "
+                "calibration samples")
+            with captured():
+                return rank_layers(self.source, target.format, m.artifact.path, self.calib.head(min(SAMPLES, len(self.calib))).inputs,
+                                   calibration=self.calib, spec=m.spec, say=say)
+
+        say(f"searching for the fewest layers to keep back until {', '.join(b.text() for b in self.req.budgets)} "
+            f"on {len(held_out)} held-out samples")
+        search = Search(self.req.budgets, step.converter.fallbacks, self.req.min_int8_share, self.req.max_steps, say)
+        best, record = search.run(spec, measure, rank)
+        say(f"search: {record['why']} ({record['conversions']} conversions, {record['seconds']:.1f} s)")
+        return best.artifact, best.spec, record
 
     def _auto(self, target, plan: Plan, step, tmp: Path) -> tuple[ModelArtifact, dict]:
         """Try every method the backend has; keep the one with the least drift on held-out samples."""
@@ -336,7 +398,7 @@ class _Job:
         held_out, held_ref = self.selection
         tried = []
         for method in step.converter.methods:
-            artifact = self._route(target, plan, tmp / method, method)
+            artifact = self._route(target, plan, tmp / method, self.req.spec(method))
             verdict = compare(held_ref, run_isolated(artifact, held_out.inputs)[0], {})
             m = verdict.metrics["output_0"]
             tried.append((artifact, {"method": method, "sqnr_db": m["sqnr_db"], "cosine": m["cosine"],
@@ -359,7 +421,7 @@ def build(plan: Plan, ctx: ConvertContext, stem: str, say: Progress) -> ModelArt
         ext = by_format(conv.target).extension
         last = i == len(plan.steps) - 1
         path = ctx.work_dir / (f"{stem}{suffix}{ext}" if last else f"step{i}-{stem}{ext}")
-        detail = f", {ctx.method} calibration" if step is quantizing_step(plan) else ""
+        detail = f", {ctx.spec.method} calibration" if step is quantizing_step(plan) else ""
         say(f"converting {artifact.format} → {conv.target} at {step.precision} ({conv.name}{detail})")
         with captured(), temp_files_in(ctx.work_dir):
             artifact = conv()(artifact, path, step.precision, ctx)

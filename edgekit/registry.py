@@ -55,6 +55,8 @@ class Converter:
     tools: ClassVar[tuple[str, ...]] = ()  # modules whose versions go in the report
     methods: ClassVar[tuple[str, ...]] = ()  # calibration methods native to the backend (for int8)
     int8_io: ClassVar[bool] = False  # can give the int8 model integer inputs and outputs
+    fallbacks: ClassVar[tuple[str, ...]] = ()  # what a layer kept back from int8 can become (edgekit.quant)
+    granularities: ClassVar[tuple[str, ...]] = ("per_channel",)  # of int8 weights
 
     @classmethod
     def missing(cls) -> tuple[str, ...]:

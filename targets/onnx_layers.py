@@ -79,7 +79,7 @@ def _traced(model, weights: dict[str, float]) -> list[Traced]:
             elif name and name not in initializers and not _is_weight(name, produced_by_dq, initializers):
                 acts.append(b)
         weight_names = [base(n) for n in node.input if _is_weight(n, produced_by_dq, initializers) or n in initializers]
-        out.append(Traced(_layer(node, weight_names), node.op_type, base(node.output[0]), tuple(acts), weight))
+        out.append(Traced(layer_name(node, weight_names), node.op_type, base(node.output[0]), tuple(acts), weight))
     return out
 
 
@@ -88,7 +88,7 @@ def _is_weight(name: str, produced_by_dq: dict, initializers: set) -> bool:
     return produced_by_dq.get(name) in initializers
 
 
-def _layer(node, weight_names: list[str]) -> str:
+def layer_name(node, weight_names: list[str]) -> str:
     """The module path the exporter recorded; else the module of the node's weight (features.0.0
     from features.0.0.weight, for a node the optimizer rebuilt, as when it folds a BatchNorm);
     else the node's output name."""

@@ -25,16 +25,20 @@ WEIGHTED = ("conv", "linear")  # ops whose args[1] is the weight
 BATCH_NORMS = {"batch_norm": 7, "_native_batch_norm_legit_no_training": 6}  # op → index of eps
 
 
-def quantized_module(source, calibration, method: str):
-    """The PT2E-quantized GraphModule the int8 .pte is lowered from (same calls as torch_to_pte)."""
+def quantized_module(source, calibration, spec):
+    """The PT2E-quantized GraphModule the int8 .pte is lowered from (same calls as torch_to_pte);
+    `spec` is a QuantSpec, or a calibration method's name for full int8."""
     from edgekit.converters.torch_to_pte import quantize_int8
+    from edgekit.quant import QuantSpec
 
-    return quantize_int8(source, calibration, method, source.signature.input_names)
+    spec = QuantSpec("int8", spec) if isinstance(spec, str) else spec
+    return quantize_int8(source, calibration, spec, source.signature.input_names)
 
 
-def trace(source, calibration, method: str, inputs: dict[str, np.ndarray]):
-    """The layers of the int8 .pte `source` converts to, ranked by the SQNR they lose on `inputs`."""
-    quantized = quantized_module(source, calibration, method)
+def trace(source, calibration, spec, inputs: dict[str, np.ndarray]):
+    """The layers of the int8 .pte `source` converts to with `spec` (a QuantSpec or a method's
+    name), ranked by the SQNR they lose on `inputs`."""
+    quantized = quantized_module(source, calibration, spec)
     traced, sqnr = compare(source.exported().module(), quantized, inputs, source.signature.input_names)
     return rank(traced, sqnr)
 

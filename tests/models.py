@@ -52,3 +52,35 @@ def unlowerable() -> nn.Module:
 
 def not_a_model():
     return "just a string"
+
+
+class OneBadLayer(nn.Module):
+    """A small CNN on the 8×8 digits whose layer `conv2` cannot be quantized to int8: channel 7 of
+    conv1 is dead (zero weights and bias: always 0), and conv2 gives that channel
+    weights of 50, so each output channel's int8 weight scale (per channel, set by its largest
+    weight) rounds every other weight of conv2 to zero. Float, the dead channel adds nothing; int8,
+    conv2 loses its signal. Every other layer quantizes well, and conv2 holds under a tenth of the
+    weights. Only conv1 has a bias: the output is signal, not offsets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.conv1 = nn.Conv2d(1, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        self.conv3 = nn.Conv2d(8, 64, 3, padding=1, bias=False)
+        self.fc1 = nn.Linear(64, 128, bias=False)
+        self.fc2 = nn.Linear(128, 10, bias=False)
+        with torch.no_grad():
+            self.conv1.weight[7] = 0.0
+            self.conv1.bias[7] = 0.0
+            self.conv2.weight[:, 7] = 50.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv1(x))
+        x = torch.relu(self.conv2(x))
+        x = torch.relu(self.conv3(x))
+        return self.fc2(torch.relu(self.fc1(x.mean(dim=(2, 3)))))
+
+
+def one_bad_layer() -> nn.Module:
+    return OneBadLayer().eval()

@@ -97,6 +97,11 @@ def convert(
     trust_model_code: Annotated[bool, typer.Option("--trust-model-code", help=TRUST_CODE)] = False,
     model_class: Annotated[Optional[str], typer.Option("--model-class", help="module:Class for a state_dict.")] = None,
     threshold: Annotated[list[str], typer.Option("--threshold", help="Override a metric threshold, e.g. cosine=0.999.")] = [],
+    budget: Annotated[list[str], typer.Option("--budget", help="int8: a metric to meet, e.g. cosine=0.99 (repeat); layers are kept back from int8, the fewest that meet it.")] = [],
+    min_int8_share: Annotated[float, typer.Option("--min-int8-share", help="With --budget: the least share of weight bytes that stays int8.")] = 0.8,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="With --budget: the most conversions the search makes after full int8.")] = 8,
+    keep: Annotated[list[str], typer.Option("--keep", help="int8: keep a layer back, LAYER=float or LAYER=int16 (named as `edgekit layers` names it; repeat).")] = [],
+    granularity: Annotated[str, typer.Option("--granularity", help="int8 weights: per-channel or per-tensor.")] = "per-channel",
 ):
     """Convert MODEL to each target and verify every artifact against the source model."""
     from edgekit.calibration.sources import CalibrationSpec
@@ -105,12 +110,18 @@ def convert(
     from edgekit.loading import SourceOptions
     from edgekit.pipeline import ConvertRequest
     from edgekit.pipeline import convert as run
+    from edgekit.quant import GRANULARITIES, parse_overrides
+    from edgekit.search import parse_budgets
     from edgekit.verify import parse_thresholds
 
     if int8:
         if precision not in ("fp32", "int8"):
             raise BadInput(f"--int8 contradicts --precision {precision}")
         precision = "int8"
+    if granularity.replace("-", "_") not in GRANULARITIES:
+        raise BadInput(f"unknown --granularity {granularity!r}", fix="use per-channel or per-tensor")
+    if max_steps < 0:
+        raise BadInput(f"--max-steps {max_steps} is negative")
     _output_folder(out)
     reporter = Reporter(_stderr())
     request = ConvertRequest(
@@ -120,6 +131,8 @@ def convert(
         eval_data=str(eval_data) if eval_data else None, thresholds=parse_thresholds(threshold),
         source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
                                      str(example_inputs) if example_inputs else None, trust_model_code),
+        granularity=granularity.replace("-", "_"), overrides=parse_overrides(keep), budgets=parse_budgets(budget),
+        min_int8_share=min_int8_share, max_steps=max_steps,
     )
     result = run(request, progress=reporter.step)
     if as_json:

@@ -75,10 +75,32 @@ def render_result(result, console: Console | None) -> None:
         extra = f" (+{others} file{'s' if others > 1 else ''} beside it)" if others else ""
         console.print(f"  {r.target}: {r.artifact.path}{extra}  [dim]route {' → '.join(r.artifact.meta.get('route', []))},"
                       f" {r.artifact.meta.get('seconds', 0):.1f} s[/dim]")
+        search = r.artifact.meta.get("search")
+        if search:
+            _render_search(search, console)
         for reason in r.verdict.reasons:
             console.print(f"    [red]✗ {reason}[/red]")
     for w in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def _render_search(search: dict, console: Console) -> None:
+    """The accuracy-aware search: its steps, the layers kept back, and why it stopped."""
+    console.print(f"    search ({search['conversions']} conversions, {search['seconds']:.1f} s): {search['why']}")
+    table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
+    for col in ("step", "layer", "→", *search["budgets"], "int8 share", "size", "result"):
+        table.add_column(col, justify="left" if col in ("layer", "→", "result") else "right")
+    for row in search["steps"]:
+        values = row.get("values", {})
+        table.add_row(str(row["step"]), row["layer"] or "(full int8)", row["precision"] or "",
+                      *(_fmt(values.get(k)) if k in values else "—" for k in search["budgets"]),
+                      f"{row['int8_share']:.3f}" if "int8_share" in row else "—",
+                      _size(row["bytes"]) if "bytes" in row else "—",
+                      f"[green]{row['note']}[/green]" if row["accepted"] else f"[dim]{row['note']}[/dim]")
+    console.print(table)
+    for k in search["kept"]:
+        gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
+        console.print(f"    kept back: {k['layer']} at {k['precision']} (+{_size(max(k['bytes'], 0))}; {gains})")
 
 
 def render_graph(edges, targets) -> None:

@@ -1,0 +1,216 @@
+"""Accuracy-aware int8: meet drift budgets by keeping the fewest layers back from int8.
+
+    edgekit convert model.pt2 -t tflite --int8 --calib c.npz --eval e.npz --budget cosine=0.99
+
+The model is converted fully int8 and measured in its runtime on held-out calibration samples (never
+the eval samples the final verdict uses). When a budget is missed, the layers are ranked once by the
+SQNR each one loses (edgekit.attribution, on the full-int8 model: one trace, not one conversion per
+layer) and moved back one at a time, the worst first, to the backend's fallback precisions in order
+(int16 activations where it has them, then float): reconvert, re-measure, and keep the step only if
+it brings the model closer to its budgets (by at least MIN_GAIN of the remaining gap); otherwise undo
+it. The search stops when every budget holds, when the step limit is reached, or when no ranked layer
+is left; a step whose result would leave less than the floor of weight bytes in int8 is undone. The
+result is never worse than full int8 (only improving steps are kept) and every layer kept back comes
+with what it contributed.
+
+The loop itself (`Search.run`) is pure: it takes a function that converts and measures a spec and a
+function that ranks layers, so the pipeline plugs in the real converters and runtimes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from edgekit.errors import BadInput
+from edgekit.quant import QuantSpec
+from edgekit.verify import HIGHER_IS_BETTER, METRICS
+
+MIN_INT8_SHARE = 0.8
+MAX_STEPS = 8
+MIN_LOSS_DB = 0.5  # layers losing less than this are not candidates
+MIN_GAIN = 0.02  # a step must close at least this share of the remaining gap to the budgets
+BOUNDED = ("cosine", "cosine_min", "channel_cosine", "channel_cosine_min", "top1_agreement")
+
+
+@dataclass(frozen=True)
+class Budget:
+    metric: str
+    limit: float
+
+    def value(self, metrics: dict) -> float | None:
+        """The worst value over the outputs (`metrics` is {output: {metric: value}}); None if unmeasured."""
+        values = [m[self.metric] for m in metrics.values() if m.get(self.metric) is not None]
+        if not values:
+            return None
+        return min(values) if HIGHER_IS_BETTER[self.metric] else max(values)
+
+    def gap(self, value: float | None) -> float:
+        """How far `value` is from the limit, in units that make budgets comparable; 0 when met."""
+        if value is None:
+            return 0.0
+        if HIGHER_IS_BETTER[self.metric]:
+            scale = 1.0 - self.limit if self.metric in BOUNDED and self.limit < 1 else max(abs(self.limit), 1.0)
+            return max(0.0, (self.limit - value) / scale)
+        return max(0.0, (value - self.limit) / max(abs(self.limit), 1e-12))
+
+    def text(self) -> str:
+        return f"{self.metric} {'≥' if HIGHER_IS_BETTER[self.metric] else '≤'} {self.limit:g}"
+
+
+def parse_budgets(items) -> tuple[Budget, ...]:
+    """`--budget cosine=0.995` (repeatable) or a {metric: limit} mapping → budgets on output metrics."""
+    pairs = items.items() if isinstance(items, dict) else [str(i).partition("=")[::2] for i in items]
+    out = []
+    for metric, value in pairs:
+        metric = metric.strip()
+        if metric not in METRICS:
+            raise BadInput(f"cannot use {metric!r} as a budget", fix=f"budget a verification metric: {', '.join(METRICS)}")
+        try:
+            out.append(Budget(metric, float(value)))
+        except (TypeError, ValueError):
+            raise BadInput(f"budget {metric}: {value!r} is not a number", fix="write --budget METRIC=VALUE") from None
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One conversion, measured: the artifact, its output metrics on the search samples, its inspection."""
+
+    spec: QuantSpec
+    artifact: object  # ModelArtifact
+    metrics: dict  # {output: {metric: value}}
+    int8_share: float
+    bytes: int
+    float_weight_bytes: int
+    seconds: float
+
+
+@dataclass
+class Search:
+    budgets: tuple[Budget, ...]
+    fallbacks: tuple[str, ...]  # the backend's, cheapest first
+    min_int8_share: float = MIN_INT8_SHARE
+    max_steps: int = MAX_STEPS
+    say: Callable[[str], None] = lambda _msg: None
+    steps: list = field(default_factory=list)
+    kept: list = field(default_factory=list)
+
+    def values(self, m: Measurement) -> dict:
+        return {b.metric: b.value(m.metrics) for b in self.budgets}
+
+    def gap(self, m: Measurement) -> float:
+        return sum(b.gap(b.value(m.metrics)) for b in self.budgets)
+
+    def run(self, spec: QuantSpec, convert_and_measure: Callable[[QuantSpec, int], Measurement],
+            rank: Callable[[Measurement], list]) -> tuple[Measurement, dict]:
+        """Search from `spec`; returns the best measurement and the record of the search (JSON)."""
+        started = time.perf_counter()
+        self.conversions = 0
+
+        def measure(spec: QuantSpec, index: int) -> Measurement:
+            self.conversions += 1
+            return convert_and_measure(spec, index)
+
+        best = measure(spec, 0)
+        self._record(0, None, None, best, True, "full int8" if not spec.overrides else "the given overrides")
+        stopped, ranked_at = None, None
+        if self.gap(best) == 0:
+            stopped = "met"
+        elif not self.fallbacks:
+            stopped = "no-fallback"
+        else:
+            t = time.perf_counter()
+            candidates = self._candidates(rank(best), spec)
+            ranked_at = round(time.perf_counter() - t, 3)
+            self.say(f"ranked {len(candidates)} layers losing ≥ {MIN_LOSS_DB} dB ({ranked_at:.1f} s)")
+            stopped = self._greedy(best, candidates, measure)
+            best = self._best
+        record = {
+            "budgets": {b.metric: b.limit for b in self.budgets}, "stopped": stopped,
+            "why": self._why(stopped, best), "conversions": self.conversions, "seconds": round(time.perf_counter() - started, 3),
+            "ranking_seconds": ranked_at, "min_int8_share": self.min_int8_share, "max_steps": self.max_steps,
+            "values": self.values(best), "int8_share": round(best.int8_share, 6), "bytes": best.bytes,
+            "overrides": [o.to_json() for o in best.spec.overrides], "kept": list(self.kept), "steps": list(self.steps),
+        }
+        return best, record
+
+    def _candidates(self, ranked: list, spec: QuantSpec) -> list[str]:
+        """Layer names, the one losing the most first; model inputs and layers already overridden left out."""
+        seen = {o.layer for o in spec.overrides}
+        out = []
+        for d in ranked:
+            if d.loss_db < MIN_LOSS_DB or d.layer.startswith("input ") or d.layer in seen:
+                continue
+            seen.add(d.layer)
+            out.append(d.layer)
+        return out
+
+    def _greedy(self, best: Measurement, candidates: list[str], measure) -> str:
+        self._best = best
+        for layer in candidates:
+            for precision in self.fallbacks:
+                if self.conversions > self.max_steps:
+                    return "steps"
+                trial_spec = self._best.spec.with_override(layer, precision)
+                try:
+                    trial = measure(trial_spec, len(self.steps))
+                except BadInput as e:  # a name the backend does not know as a layer: not a candidate
+                    self._record(len(self.steps), layer, precision, None, False, f"skipped: {e.message}")
+                    break
+                before = self.gap(self._best)
+                if trial.int8_share < self.min_int8_share:
+                    self._record(len(self.steps), layer, precision, trial, False,
+                                 f"undone: int8 share {trial.int8_share:.3f} < floor {self.min_int8_share:g}")
+                    continue
+                gain = before - self.gap(trial)
+                if gain <= MIN_GAIN * before:
+                    self._record(len(self.steps), layer, precision, trial, False,
+                                 "undone: " + ("worse" if gain < 0 else "no gain") + " than without it")
+                    continue
+                self.kept.append({
+                    "layer": layer, "precision": precision, "step": len(self.steps),
+                    "bytes": trial.bytes - self._best.bytes,
+                    "float_weight_bytes": trial.float_weight_bytes - self._best.float_weight_bytes,
+                    "contribution": {k: _delta(v, self.values(self._best).get(k)) for k, v in self.values(trial).items()},
+                })
+                self._record(len(self.steps), layer, precision, trial, True, "kept")
+                self._best = trial
+                if self.gap(trial) == 0:
+                    return "met"
+                break
+        return "exhausted"
+
+    def _record(self, index: int, layer, precision, m: Measurement | None, accepted: bool, note: str) -> None:
+        row = {"step": index, "layer": layer, "precision": precision, "accepted": accepted, "note": note}
+        if m is not None:
+            row.update(values=self.values(m), int8_share=round(m.int8_share, 6), bytes=m.bytes,
+                       layers=[o.to_json() for o in m.spec.overrides], seconds=round(m.seconds, 3))
+        self.steps.append(row)
+        shown = ", ".join(f"{k} {_num(v)}" for k, v in row.get("values", {}).items())
+        what = "full int8" if layer is None else f"{layer} → {precision}"
+        share = f", int8 share {m.int8_share:.3f}" if m is not None else ""
+        self.say(f"search step {index}: {what}: {shown}{share} — {note}")
+
+    def _why(self, stopped: str, best: Measurement) -> str:
+        missed = [f"{b.text()} (got {_num(b.value(best.metrics))})" for b in self.budgets if b.gap(b.value(best.metrics)) > 0]
+        if stopped == "met":
+            return ("every budget holds with full int8" if not self.kept
+                    else f"every budget holds with {len(self.kept)} layer(s) kept back")
+        tail = f"{', '.join(missed)} on the search samples"
+        if stopped == "no-fallback":
+            return f"missed {tail}: this backend cannot keep single layers back from int8"
+        if stopped == "steps":
+            return f"missed {tail}: the step limit ({self.max_steps}) was reached"
+        floor = any("floor" in s["note"] for s in self.steps)
+        return (f"missed {tail}: no ranked layer is left to keep back"
+                + (f" without the int8 share falling below {self.min_int8_share:g}" if floor else ""))
+
+
+def _delta(a, b):
+    return None if a is None or b is None else round(a - b, 6)
+
+
+def _num(v) -> str:
+    return "—" if v is None else f"{v:.6g}"

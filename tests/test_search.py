@@ -1,0 +1,151 @@
+"""Accuracy-aware int8 (edgekit.search): budgets, layer overrides, and the search on real runtimes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgekit.errors import BadInput
+from edgekit.quant import LayerOverride, QuantSpec, parse_overrides
+from edgekit.search import Budget, Measurement, Search, parse_budgets
+from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, run_cli
+
+BAD = "tests.models:one_bad_layer"  # conv2 cannot be int8 (see tests/models.py)
+BAD_SHAPE = "x=1,1,8,8"
+
+
+# --- pure logic ---------------------------------------------------------------------------------
+
+def test_budgets_parse_and_measure_the_worst_output():
+    (cos, sqnr) = parse_budgets(["cosine=0.99", "sqnr_db=20"])
+    assert cos == Budget("cosine", 0.99) and sqnr == Budget("sqnr_db", 20.0)
+    metrics = {"output_0": {"cosine": 0.999}, "output_1": {"cosine": 0.98}}
+    assert cos.value(metrics) == 0.98
+    assert cos.gap(0.98) == pytest.approx(1.0)  # one budget-width (1 - 0.99) short
+    assert cos.gap(0.995) == 0.0
+    assert Budget("max_abs", 0.5).gap(1.0) == pytest.approx(1.0)
+    with pytest.raises(BadInput, match="int8_weight_share"):
+        parse_budgets(["int8_weight_share=0.9"])  # an inspection figure, not a verification metric
+    with pytest.raises(BadInput, match="not a number"):
+        parse_budgets(["cosine=high"])
+
+
+def test_overrides_parse_and_refuse_what_is_not_a_fallback():
+    assert parse_overrides(["conv2", "fc=int16"]) == (LayerOverride("conv2", "float"), LayerOverride("fc", "int16"))
+    with pytest.raises(BadInput, match="int4"):
+        parse_overrides(["conv2=int4"])
+    with pytest.raises(BadInput, match="more than once"):
+        parse_overrides(["conv2", "conv2=int16"])
+    spec = QuantSpec("int8").with_override("a", "int16").with_override("a", "float")
+    assert spec.overrides == (LayerOverride("a", "float"),)
+
+
+class _Layer:
+    def __init__(self, layer, loss_db):
+        self.layer, self.loss_db = layer, loss_db
+
+
+def _measure(effects: dict, shares: dict | None = None):
+    """A model whose cosine is 0.9 plus the effect of each layer kept back (pure arithmetic)."""
+    calls = []
+
+    def measure(spec: QuantSpec, index: int) -> Measurement:
+        calls.append(spec)
+        cos = 0.9 + sum(effects.get(o.layer, 0.0) for o in spec.overrides)
+        share = 1.0 - sum((shares or {}).get(o.layer, 0.01) for o in spec.overrides)
+        return Measurement(spec, None, {"output_0": {"cosine": cos}}, share, 1000, 0, 0.0)
+
+    return measure, calls
+
+
+def test_the_search_keeps_only_layers_that_help_and_says_why_it_stopped():
+    measure, calls = _measure({"a": 0.05, "b": -0.01, "c": 0.0, "d": 0.06})
+    ranked = [_Layer("input x", 9), _Layer("a", 8), _Layer("b", 6), _Layer("c", 5), _Layer("d", 4), _Layer("e", 0.1)]
+    best, record = Search((Budget("cosine", 0.99),), ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked)
+    assert [k["layer"] for k in record["kept"]] == ["a", "d"]  # b made it worse, c changed nothing: undone
+    assert record["stopped"] == "met" and record["conversions"] == 5  # full int8, a, b, c, d; e is not a candidate
+    assert record["kept"][0]["contribution"]["cosine"] == pytest.approx(0.05)
+    assert [s["note"] for s in record["steps"][2:4]] == ["undone: worse than without it", "undone: no gain than without it"]
+    assert best.spec.overrides == (LayerOverride("a", "float"), LayerOverride("d", "float"))
+
+
+def test_the_search_tries_the_cheaper_fallback_first_and_respects_the_floor_and_the_step_limit():
+    measure, calls = _measure({"a": 0.2}, shares={"a": 0.5})
+    search = Search((Budget("cosine", 0.99),), ("int16", "float"), min_int8_share=0.8, max_steps=3)
+    best, record = search.run(QuantSpec("int8"), measure, lambda m: [_Layer("a", 8), _Layer("b", 7), _Layer("c", 6)])
+    assert [(o.layer, o.precision) for s in calls[1:3] for o in s.overrides] == [("a", "int16"), ("a", "float")]
+    assert "floor" in record["steps"][1]["note"] and not record["kept"]
+    assert record["stopped"] == "steps" and record["conversions"] == 4  # the first conversion and three steps
+    assert best.spec.overrides == () and "step limit (3)" in record["why"]
+
+
+def test_no_step_when_full_int8_meets_the_budgets():
+    measure, calls = _measure({})
+    ranked = []
+    _best, record = Search((Budget("cosine", 0.8),), ("float",)).run(QuantSpec("int8"), measure,
+                                                                      lambda m: ranked.append(1) or [])
+    assert record["stopped"] == "met" and record["conversions"] == 1 and not ranked  # not even a ranking
+
+
+# --- real converters and runtimes ---------------------------------------------------------------
+
+def _convert(tmp_path, *args, model=BAD, target="tflite"):
+    extra = ["--input-shape", BAD_SHAPE] if model == BAD else []
+    p = run_cli("convert", model, "-t", target, "--int8", "--calib", DIGITS_CALIB, "--eval", DIGITS_EVAL,
+                "--out", tmp_path / "out", "--json", *extra, *args)
+    return p, (json.loads(p.stdout)["artifacts"][0] if p.stdout.strip() else None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["tflite", "executorch", "onnx"])
+def test_the_search_keeps_exactly_the_damaged_layer_back(tmp_path, target):
+    p, artifact = _convert(tmp_path, "--budget", "sqnr_db=20", target=target)
+    assert p.returncode == 0, p.stderr
+    search = artifact["search"]
+    first = search["steps"][0]
+    assert first["layer"] is None and first["values"]["sqnr_db"] < 5  # full int8: conv2 destroys the signal
+    assert [k["layer"] for k in search["kept"]] == ["conv2"]
+    assert search["kept"][0]["precision"] == "float" and search["kept"][0]["contribution"]["sqnr_db"] > 15
+    assert artifact["quantization"]["overrides"] == [{"layer": "conv2", "precision": "float"}]
+    assert artifact["verification"]["status"] == "pass" and artifact["verification"]["metrics"]["output_0"]["sqnr_db"] > 20
+    assert search["int8_share"] >= 0.8
+    if target == "onnx":  # int16 activations come first, and do not help a layer whose weights are the problem
+        assert [(s["layer"], s["precision"], s["accepted"]) for s in search["steps"][1:3]] == [
+            ("conv2", "int16", False), ("conv2", "float", True)]
+    assert "kept back: conv2 at float" in p.stderr
+
+
+def test_the_digits_model_needs_no_step(tmp_path):
+    p, artifact = _convert(tmp_path, "--budget", "cosine=0.99", model=DIGITS, target="onnx")
+    assert p.returncode == 0, p.stderr
+    assert artifact["search"]["conversions"] == 1 and len(artifact["search"]["steps"]) == 1
+    assert artifact["search"]["stopped"] == "met" and artifact["search"]["kept"] == []
+    assert artifact["quantization"]["overrides"] == []
+
+
+def test_a_budget_missed_at_the_floor_exits_1_and_keeps_the_closest_result(tmp_path):
+    p, artifact = _convert(tmp_path, "--budget", "sqnr_db=20", "--min-int8-share", "0.95", target="onnx")
+    assert p.returncode == 1, p.stderr
+    search = artifact["search"]
+    assert "sqnr_db ≥ 20" in search["why"] and "below 0.95" in search["why"]
+    assert search["kept"] == [] and artifact["quantization"]["overrides"] == []  # nothing helped within the floor
+    assert any("sqnr_db" in r for r in artifact["verification"]["reasons"])
+
+
+def test_a_kept_layer_is_float_in_the_artifact(tmp_path):
+    p, artifact = _convert(tmp_path, "--keep", "conv2", target="tflite")
+    assert p.returncode == 0, p.stderr
+    assert "CONV_2D" in " ".join(artifact["verification"]["inspection"]["float_ops"])
+    assert artifact["quantization"]["overrides"] == [{"layer": "conv2", "precision": "float"}]
+    assert "search" not in artifact
+
+
+@pytest.mark.parametrize("keep, target, message", [
+    ("conv9", "onnx", "no layer named 'conv9'"),
+    ("conv2=int16", "tflite", "cannot keep layer 'conv2' at int16"),
+])
+def test_an_override_a_backend_cannot_express_exits_2(tmp_path, keep, target, message):
+    p, _ = _convert(tmp_path, "--keep", keep, target=target)
+    assert p.returncode == 2 and message in p.stderr, p.stderr
+    assert "conv2" in p.stderr  # the error names the layers there are, or the one asked for
