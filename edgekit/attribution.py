@@ -150,18 +150,55 @@ def keras_layer(name: str, layers: set[str]) -> str | None:
     return None
 
 
-def _source_layers(model) -> set[str]:
+def _source_names(model) -> dict[str, str]:
+    """The source's layer names by the names a backend traced: Keras layer names as themselves;
+    for a torch source, module paths by the name `module_path_from_location` reads from a
+    torch.export location, which keeps only the last part of each level's path (a ModuleList's
+    `_blocks.15` becomes `15`) and splits `Conv2d__project_conv` at its last underscore."""
     keras_model = getattr(model, "keras_model", None)
-    return {layer.name for layer in keras_model.layers} if keras_model is not None else set()
+    if keras_model is not None:
+        return {layer.name: layer.name for layer in keras_model.layers}
+    exported = getattr(model, "exported", None)
+    if exported is None:
+        return {}
+    seen: dict[str, set] = {}
+    for node in exported().graph.nodes:
+        levels = list((node.meta.get("nn_module_stack") or {}).values())
+        if not levels or not levels[-1][0]:
+            continue
+        parts = ["root"] + [f"{_class_name(cls)}_{path.rpartition('.')[2]}" for path, cls in levels if path]
+        traced = module_path_from_location("/".join(parts))
+        if traced:
+            seen.setdefault(traced, set()).add(_folded_conv(node) or levels[-1][0])
+    return {traced: next(iter(paths)) for traced, paths in seen.items() if len(paths) == 1}
 
 
-def _renamed(layers: list[LayerDrift], known: set[str]) -> list[LayerDrift]:
-    """Backend names → the source's layer names where they can be told (Keras sources)."""
+def _folded_conv(node) -> str | None:
+    """The module path of the convolution a BatchNorm node follows: quantizers fold the BatchNorm
+    into it, and the fused layer carries the BatchNorm's name in a backend's tensor names."""
+    target = str(getattr(node, "target", ""))
+    conv = node.args[0] if node.args and hasattr(node.args[0], "meta") else None
+    if "batch_norm" not in target or conv is None or "conv" not in str(getattr(conv, "target", "")):
+        return None
+    levels = list((conv.meta.get("nn_module_stack") or {}).values())
+    return levels[-1][0] if levels and levels[-1][0] else None
+
+
+def _class_name(cls) -> str:
+    return cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _renamed(layers: list[LayerDrift], names: dict[str, str]) -> list[LayerDrift]:
+    """Backend names → the source's layer names where they can be told."""
     from dataclasses import replace
 
-    if not known:
+    if not names:
         return layers
-    return [replace(d, layer=keras_layer(d.layer, known) or d.layer) for d in layers]
+    out = []
+    for d in layers:
+        hit = keras_layer(d.layer, set(names))
+        out.append(replace(d, layer=names[hit] if hit else names.get(d.layer, d.layer)))
+    return out
 
 
 ATTRIBUTED_FORMATS = ("tflite", "onnx", "pte")
@@ -258,4 +295,4 @@ def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibratio
             plan = Graph().plan(model.artifact.format, fmt, "fp32")
             float_path = build(plan, ConvertContext(model, Path(tmp)), "reference", say).path
         ranked = from_json(trace_layers_isolated(fmt, float_path, artifact_path, signature, inputs))
-    return _renamed(ranked, _source_layers(model))
+    return _renamed(ranked, _source_names(model))

@@ -16,6 +16,10 @@ The config (TOML) lists models, each with its targets, precisions, data and budg
     cosine = 0.995                   # any verification metric: a minimum or a maximum as edgekit defines
     max_bytes = 60000
 
+With `search = true` (or a `[models.search]` table with `min_int8_share` and `max_steps`), an int8
+case that misses its metric budgets keeps the fewest layers back from int8 until they hold
+(edgekit.search); the baseline records the layers it kept, and the next run starts from them.
+
 Instead of targets and precisions, a model may list `artifacts = ["build/m.int8.tflite", ...]`:
 artifacts built elsewhere, verified as they are (target and precision read from the files).
 
@@ -42,7 +46,8 @@ SCHEMA = "edgekit.check/1"
 BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *HIGHER_IS_BETTER}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
 MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
-              "budgets", "artifacts"}
+              "budgets", "artifacts", "search"}
+SEARCH_KEYS = {"min_int8_share", "max_steps"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,7 @@ class ModelCheck:
     budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
     artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
     project: str | None = None  # the config's folder: import specs must name its modules
+    search: dict | None = None  # accuracy-aware int8 (edgekit.search): {min_int8_share, max_steps}, or None
 
     def budget(self, precision: str) -> dict:
         return {**self.budgets.get("*", {}), **self.budgets.get(precision, {})}
@@ -157,7 +163,31 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
         input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
+        search=_search(m.get("search"), where, "int8" in precisions),
     )
+
+
+def _search(raw, where: str, int8: bool) -> dict | None:
+    """`search = true`, or a table with min_int8_share and max_steps: int8 cases search for the fewest
+    layers to keep back until the model's metric budgets hold."""
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise BadInput(f"{where}.search must be true or a table", fix="search = true, or [models.search] with "
+                                                                     "min_int8_share and max_steps")
+    unknown = set(raw) - SEARCH_KEYS
+    if unknown:
+        raise BadInput(f"{where}.search: unknown key(s) {sorted(unknown)}", fix=f"known: {', '.join(sorted(SEARCH_KEYS))}")
+    if not int8:
+        raise BadInput(f"{where}.search needs int8 among the precisions", fix='precisions = ["int8"]')
+    share, steps = raw.get("min_int8_share", 0.8), raw.get("max_steps", 8)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise BadInput(f"{where}.search.min_int8_share must be a share from 0 to 1, got {share!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise BadInput(f"{where}.search.max_steps must be a whole number ≥ 0, got {steps!r}")
+    return {"min_int8_share": float(share), "max_steps": steps}
 
 
 def _budgets(raw, where: str) -> dict:
@@ -200,6 +230,8 @@ class Case:
     budget: dict = field(default_factory=dict)
     layers: tuple = ()  # LayerDrift, the layer losing the most first (int8 only)
     layers_note: str | None = None  # why there is no attribution, when one was asked for
+    overrides: tuple = ()  # the layers kept back from int8 ({"layer", "precision"})
+    search: dict | None = None  # the accuracy-aware search's record, when the case searched
 
     @property
     def name(self) -> str:
@@ -207,29 +239,37 @@ class Case:
 
     def baseline_entry(self) -> dict:
         return {"bytes": self.bytes, "metrics": self.metrics.get("output_0", {}),
-                "task_accuracy": self.task_accuracy, "sha256": self.hashes, "tool_versions": self.tool_versions}
+                "task_accuracy": self.task_accuracy, "sha256": self.hashes, "tool_versions": self.tool_versions,
+                "overrides": list(self.overrides)}
 
 
 def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attribution: str = "failing",
-               trust=None) -> list[Case]:
+               trust=None, seeds: dict | None = None) -> list[Case]:
     """Convert (or take the given artifacts) and verify every model × precision; judge each against its budgets.
 
     `attribution`: for which int8 cases to rank the layers by drift — "failing", "all" or "none".
     `trust`: a SourceOptions whose trust_pickle/trust_model_code come from the command line (never
-    from the config, which a pull request may change).
+    from the config, which a pull request may change). `seeds`: case name → the layer overrides a
+    baseline recorded (see `baseline_overrides`); a searching case starts from them.
     """
     from edgekit.calibration.sources import CalibrationSpec
     from edgekit.pipeline import ConvertRequest, convert, verify_artifacts
+    from edgekit.quant import LayerOverride
+    from edgekit.search import parse_budgets
 
     cases = []
     for m in models:
-        def request(precision: str) -> ConvertRequest:
+        def request(precision: str, targets=None, overrides=()) -> ConvertRequest:
+            searching = m.search is not None and precision == "int8"
             return ConvertRequest(
-                m.path, m.targets or ("all",), str(Path(out_dir) / m.name / precision), precision=precision,
+                m.path, targets or m.targets or ("all",), str(Path(out_dir) / m.name / precision), precision=precision,
                 eval_data=m.eval, thresholds=_metric_limits(m.budget(precision)),
                 source_options=m.source_options(trust),
                 calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == "int8" else None,
                 calib_method=m.calib_method,
+                overrides=tuple(LayerOverride(o["layer"], o["precision"]) for o in overrides),
+                **({"budgets": parse_budgets({k: v for k, v in m.budget(precision).items() if k in _OUTPUT_METRICS}),
+                    **m.search} if searching else {}),
             )
 
         if m.artifacts:
@@ -239,10 +279,21 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
         else:
             judged = []
             for precision in m.precisions:
-                result = convert(request(precision), progress)
-                judged += [_judge(m, r, result, precision) for r in result.artifacts]
+                seeded = {t: (seeds or {}).get(f"{m.name} {t} {precision}") for t in m.targets}
+                if m.search is not None and precision == "int8" and "all" not in m.targets and any(seeded.values()):
+                    # Each target starts from the layers its last baseline kept back: one run per target.
+                    runs = [request(precision, (t,), seeded[t] or ()) for t in m.targets]
+                else:
+                    runs = [request(precision)]
+                for req in runs:
+                    result = convert(req, progress)
+                    judged += [_judge(m, r, result, precision) for r in result.artifacts]
         cases += [_attribute(m, c, progress, trust) if _wants_layers(c, attribution) else c for c in judged]
     return cases
+
+
+_OUTPUT_METRICS = {k for k in HIGHER_IS_BETTER if k not in ("int8_weight_share", "int8_compute_share",
+                                                             "int8_heavy_op_share")}
 
 
 def _metric_limits(budget: dict) -> dict:
@@ -268,10 +319,11 @@ def _judge(m: ModelCheck, r, result, precision: str) -> Case:
         reasons.append(f"size {r.bytes} bytes > budget {int(budget['max_bytes'])}")
     hashes = {"artifact": r.sha256, "model": result.source_sha256,
               "calibration": _file_sha256(m.calibration) if m.calibration and precision == "int8" else None}
+    quantization = r.artifact.meta.get("quantization") or {}
     return Case(m.name, r.target, precision, "fail" if reasons else "pass", tuple(reasons),
                 r.bytes, r.verdict.metrics, acc, r.artifact.path,
                 r.artifact.meta.get("seconds") or 0.0, hashes, dict(r.artifact.meta.get("tool_versions", {})),
-                budget=budget)
+                budget=budget, overrides=tuple(quantization.get("overrides", ())), search=r.artifact.meta.get("search"))
 
 
 def _wants_layers(c: Case, attribution: str) -> bool:
@@ -312,6 +364,26 @@ def write_baseline(cases: list[Case], path: str | Path) -> None:
 
     doc = {"schema": BASELINE_SCHEMA, "cases": {c.name: c.baseline_entry() for c in cases}}
     Path(path).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def baseline_overrides(path: str | Path) -> dict:
+    """Case name → the layer overrides the baseline at `path` recorded (only cases that kept layers
+    back); {} when there is no readable baseline."""
+    import json
+
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("schema") != BASELINE_SCHEMA or not isinstance(doc.get("cases"), dict):
+        return {}
+    out = {}
+    for name, entry in doc["cases"].items():
+        rows = entry.get("overrides") if isinstance(entry, dict) else None
+        if isinstance(rows, list) and rows and all(isinstance(o, dict) and isinstance(o.get("layer"), str)
+                                                   and o.get("precision") in ("float", "int16") for o in rows):
+            out[name] = rows
+    return out
 
 
 def compare_baseline(cases: list[Case], path: str | Path) -> list[Case]:
@@ -355,7 +427,8 @@ def to_json(cases: list[Case]) -> dict:
                        "reasons": list(c.reasons), "bytes": c.bytes, "path": c.path, "metrics": c.metrics,
                        "task_accuracy": c.task_accuracy, "sha256": c.hashes, "tool_versions": c.tool_versions,
                        "changes": list(c.changes), "layers": [d.to_json() for d in c.layers],
-                       "layers_note": c.layers_note} for c in cases]}
+                       "layers_note": c.layers_note, "overrides": list(c.overrides), "search": c.search}
+                      for c in cases]}
 
 
 def to_junit(cases: list[Case]) -> str:
@@ -369,8 +442,23 @@ def to_junit(cases: list[Case]) -> str:
                              time=f"{c.seconds:.3f}")
         if c.status == "fail":
             failure = ET.SubElement(case, "failure", message="; ".join(c.reasons))
-            failure.text = "\n".join([*c.reasons, *(f"layer {i}: {d.text()}" for i, d in enumerate(c.layers[:5], 1))])
+            failure.text = "\n".join([*c.reasons, *_search_lines(c),
+                                      *(f"layer {i}: {d.text()}" for i, d in enumerate(c.layers[:5], 1))])
+        elif c.search:
+            ET.SubElement(case, "system-out").text = "\n".join(_search_lines(c))
     return ET.tostring(ET.ElementTree(suite).getroot(), encoding="unicode", xml_declaration=True)
+
+
+def _search_lines(c: Case) -> list[str]:
+    """The accuracy-aware search of a case, in lines: why it stopped, then each layer kept back."""
+    if not c.search:
+        return []
+    s = c.search
+    lines = [f"search: {s['why']} ({s['conversions']} conversions, {s['seconds']:.1f} s; int8 share {s['int8_share']:.3f})"]
+    for k in s["kept"]:
+        gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
+        lines.append(f"kept back: {k['layer']} at {k['precision']} ({k['bytes']:+d} bytes; {gains})")
+    return lines
 
 
 def to_markdown(cases: list[Case]) -> str:
@@ -388,8 +476,20 @@ def to_markdown(cases: list[Case]) -> str:
     details = "".join(f"\n- **{c.name}**: " + "; ".join(c.reasons) for c in failed)
     changed = "".join(f"\n- {change}" for c in cases for change in c.changes)
     return (head + "\n".join(rows) + "\n" + (f"\n#### Broken budgets{details}\n" if failed else "")
+            + "".join(_search_markdown(c) for c in cases if c.search)
             + "".join(_layers_markdown(c) for c in cases if c.layers or c.layers_note)
             + (f"\n#### Changes since the baseline{changed}\n" if changed else ""))
+
+
+def _search_markdown(c: Case) -> str:
+    s = c.search
+    rows = ["| layer kept back | at | bytes | contribution |", "|---|---|---:|---|"]
+    for k in s["kept"]:
+        gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
+        rows.append(f"| `{k['layer']}` | {k['precision']} | {k['bytes']:+,} | {gains} |")
+    table = "\n" + "\n".join(rows) + "\n" if s["kept"] else ""
+    return (f"\n#### Accuracy-aware int8: {c.name}\n{s['why']} — {s['conversions']} conversions, {s['seconds']:.1f} s, "
+            f"{s['int8_share'] * 100:.1f}% of weight bytes int8\n{table}")
 
 
 def _layers_markdown(c: Case) -> str:

@@ -28,6 +28,7 @@ from edgekit.graph import Graph, Plan
 from edgekit.loading import Source, SourceOptions
 from edgekit.quant import LayerOverride, QuantSpec
 from edgekit.quiet import captured, private_dir, temp_files_in
+from edgekit.search import SEARCH_FRACTION
 from edgekit.verify import THRESHOLDS, Verdict, compare
 
 SCHEMA = "edgekit.convert/1"
@@ -234,7 +235,9 @@ def _reference(req: ConvertRequest, calibrated: bool, warnings: list[str], say: 
         calib, calib_warnings = load_calibration(req.calibration, source.signature)
         warnings += calib_warnings
         if req.calib_method == AUTO or req.budgets or not req.eval_data:
-            calib, held_out = calib.split(HOLDOUT_FRACTION)
+            # A search decides on its held-out samples: it holds out more (top-1 agreement on a dozen
+            # samples cannot tell a 98% model from a 90% one).
+            calib, held_out = calib.split(SEARCH_FRACTION if req.budgets else HOLDOUT_FRACTION)
     if req.eval_data:
         samples = load_samples(req.eval_data, source.signature, what="eval data")
     elif held_out is not None and req.budgets:

@@ -27,6 +27,7 @@ from edgekit.errors import BadInput
 from edgekit.quant import QuantSpec
 from edgekit.verify import HIGHER_IS_BETTER, METRICS
 
+SEARCH_FRACTION = 0.5  # of the calibration samples held out for the search to measure on
 MIN_INT8_SHARE = 0.8
 MAX_STEPS = 8
 MIN_LOSS_DB = 0.5  # layers losing less than this are not candidates
@@ -110,8 +111,9 @@ class Search:
         self.conversions = 0
 
         def measure(spec: QuantSpec, index: int) -> Measurement:
+            done = convert_and_measure(spec, index)
             self.conversions += 1
-            return convert_and_measure(spec, index)
+            return done
 
         best = measure(spec, 0)
         self._record(0, None, None, best, True, "full int8" if not spec.overrides else "the given overrides")

@@ -265,7 +265,9 @@ def check(
     from edgekit.loading import SourceOptions
 
     trust = SourceOptions(trust_pickle=trust_pickle, trust_model_code=trust_model_code)
-    cases = gate.run_checks(models, str(out), progress=reporter.step, attribution=attribution, trust=trust)
+    seeds = {} if update_baseline else gate.baseline_overrides(baseline)  # searches start where the baseline ended
+    cases = gate.run_checks(models, str(out), progress=reporter.step, attribution=attribution, trust=trust,
+                            seeds=seeds)
     if update_baseline:
         gate.write_baseline(cases, baseline)
         print(f"edgekit: wrote the baseline {baseline}", file=sys.stderr)
