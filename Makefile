@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.edgekit-installed
 
-.PHONY: setup browser demo test test-fast bench bench-int8 samples clean fuzz
+.PHONY: setup browser demo test test-fast bench bench-int8 bench-int8-search samples clean fuzz
 
 setup: $(STAMP)
 
@@ -40,6 +40,9 @@ bench: setup
 # int8 on real pretrained models (pip packages of sample_models/requirements.txt) against the raw library calls.
 bench-int8: setup
 	$(BIN)/python bench/bench_int8_real.py
+
+bench-int8-search: setup
+	$(BIN)/python bench/bench_int8_search.py
 
 samples: setup
 	$(BIN)/python sample_models/train_digits_cnn.py

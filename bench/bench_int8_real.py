@@ -59,8 +59,9 @@ def first_line(e: BaseException) -> str:
 
 
 # ----------------------------------------------------------------------------- edgekit side
-def edgekit_convert(m, target: str, int8: bool, out: Path) -> dict:
-    cmd = [str(EDGEKIT), "convert", str(m.source), "-t", target, "--eval", str(m.eval), "--json", "--out", str(out)]
+def edgekit_convert(m, target: str, int8: bool, out: Path, extra: tuple = ()) -> dict:
+    cmd = [str(EDGEKIT), "convert", str(m.source), "-t", target, "--eval", str(m.eval), "--json", "--out", str(out),
+           *extra]
     if int8:
         cmd += ["--int8", "--calib", str(m.calib)]
     if m.input_shape:
