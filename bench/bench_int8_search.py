@@ -98,7 +98,7 @@ def print_table(rows):
               f"search values {s.get('values')}")
         for k in s.get("kept") or []:
             contribution = ", ".join(f"{key} {v:+g}" for key, v in (k.get("contribution") or {}).items())
-            print(f"    kept {k['layer']} at {k['precision']} (step {k.get('step')}, +{k.get('bytes')} B; {contribution})")
+            print(f"    kept {k['layer']} at {k['precision']} (step {k.get('step')}, {k.get('bytes') or 0:+d} B; {contribution})")
 
 
 def main(argv=None) -> int:
