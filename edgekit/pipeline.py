@@ -352,6 +352,11 @@ class _Job:
             started = time.perf_counter()
             outputs, inspection = run_isolated(artifact, samples.inputs, inspect=True)
             verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection)
+            search = artifact.meta.get("search")
+            if search and search["stopped"] == "met" and verdict.status == "fail":
+                note = (f"the search met its budgets on {search['samples']} held-out calibration samples, not on the "
+                        f"{len(samples)} verification samples: give more (and more varied) calibration samples")
+                artifact = artifact.evolve(meta={"search": {**search, "note": note}})
             measured = ArtifactResult.measured(target.name, artifact, verdict)
             placed = replace(measured, artifact=_place(artifact, self.out_dir))
             self.say(f"{target.name}: {verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
@@ -391,6 +396,7 @@ class _Job:
             f"on {len(held_out)} held-out samples")
         search = Search(self.req.budgets, step.converter.fallbacks, self.req.min_int8_share, self.req.max_steps, say)
         best, record = search.run(spec, measure, rank)
+        record["samples"] = len(held_out)
         say(f"search: {record['why']} ({record['conversions']} conversions, {record['seconds']:.1f} s)")
         return best.artifact, best.spec, record
 

@@ -7,8 +7,8 @@ the eval samples the final verdict uses). When a budget is missed, the layers ar
 SQNR each one loses (edgekit.attribution, on the full-int8 model: one trace, not one conversion per
 layer) and moved back one at a time, the worst first, to the backend's fallback precisions in order
 (int16 activations where it has them, then float): reconvert, re-measure, and keep the step only if
-it brings the model closer to its budgets (by at least MIN_GAIN of the remaining gap); otherwise undo
-it. The search stops when every budget holds, when the step limit is reached, or when no ranked layer
+it brings the model closer to its budgets (by at least MIN_GAIN of the remaining gap) without adding
+noise to its outputs (their SQNR must not fall); otherwise undo it. The search stops when every budget holds, when the step limit is reached, or when no ranked layer
 is left; a step whose result would leave less than the floor of weight bytes in int8 is undone. The
 result is never worse than full int8 (only improving steps are kept) and every layer kept back comes
 with what it contributed.
@@ -32,6 +32,9 @@ MIN_INT8_SHARE = 0.8
 MAX_STEPS = 8
 MIN_LOSS_DB = 0.5  # layers losing less than this are not candidates
 MIN_GAIN = 0.02  # a step must close at least this share of the remaining gap to the budgets
+# ... and must not add noise to the outputs: a discrete metric (top-1 agreement on a few dozen
+# samples) can improve by one flipped sample while the model as a whole got worse.
+SQNR_TOLERANCE_DB = 0.01
 BOUNDED = ("cosine", "cosine_min", "channel_cosine", "channel_cosine_min", "top1_agreement")
 
 
@@ -166,10 +169,15 @@ class Search:
                     self._record(len(self.steps), layer, precision, trial, False,
                                  f"undone: int8 share {trial.int8_share:.3f} < floor {self.min_int8_share:g}")
                     continue
+                noisier = _sqnr(trial) < _sqnr(self._best) - SQNR_TOLERANCE_DB
+                if noisier:
+                    self._record(len(self.steps), layer, precision, trial, False,
+                                 f"undone: more output noise (SQNR {_sqnr(self._best):.2f} → {_sqnr(trial):.2f} dB)")
+                    continue
                 gain = before - self.gap(trial)
                 if gain <= MIN_GAIN * before:
                     self._record(len(self.steps), layer, precision, trial, False,
-                                 "undone: " + ("worse" if gain < 0 else "no gain") + " than without it")
+                                 "undone: " + ("worse" if gain < 0 else "no better") + " than without it")
                     continue
                 self.kept.append({
                     "layer": layer, "precision": precision, "step": len(self.steps),
@@ -198,8 +206,8 @@ class Search:
     def _why(self, stopped: str, best: Measurement) -> str:
         missed = [f"{b.text()} (got {_num(b.value(best.metrics))})" for b in self.budgets if b.gap(b.value(best.metrics)) > 0]
         if stopped == "met":
-            return ("every budget holds with full int8" if not self.kept
-                    else f"every budget holds with {len(self.kept)} layer(s) kept back")
+            return ("every budget holds on the search samples with full int8" if not self.kept
+                    else f"every budget holds on the search samples with {len(self.kept)} layer(s) kept back")
         tail = f"{', '.join(missed)} on the search samples"
         if stopped == "no-fallback":
             return f"missed {tail}: this backend cannot keep single layers back from int8"
@@ -208,6 +216,12 @@ class Search:
         floor = any("floor" in s["note"] for s in self.steps)
         return (f"missed {tail}: no ranked layer is left to keep back"
                 + (f" without the int8 share falling below {self.min_int8_share:g}" if floor else ""))
+
+
+def _sqnr(m: Measurement) -> float:
+    """The output SQNR of the worst output (dB; identical outputs count as infinite)."""
+    values = [o.get("sqnr_db") for o in m.metrics.values()]
+    return min((float("inf") if v is None else v for v in values), default=float("inf"))
 
 
 def _delta(a, b):

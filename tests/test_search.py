@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -46,15 +47,18 @@ class _Layer:
         self.layer, self.loss_db = layer, loss_db
 
 
-def _measure(effects: dict, shares: dict | None = None):
-    """A model whose cosine is 0.9 plus the effect of each layer kept back (pure arithmetic)."""
+def _measure(effects: dict, shares: dict | None = None, noise: dict | None = None):
+    """A model whose cosine is 0.9 plus the effect of each layer kept back, and whose output SQNR
+    follows the cosine unless `noise` moves it (pure arithmetic)."""
+    noise = noise or {}
     calls = []
 
     def measure(spec: QuantSpec, index: int) -> Measurement:
         calls.append(spec)
         cos = 0.9 + sum(effects.get(o.layer, 0.0) for o in spec.overrides)
         share = 1.0 - sum((shares or {}).get(o.layer, 0.01) for o in spec.overrides)
-        return Measurement(spec, None, {"output_0": {"cosine": cos}}, share, 1000, 0, 0.0)
+        sqnr = -10 * math.log10(max(1 - cos, 1e-9)) + sum(noise.get(o.layer, 0.0) for o in spec.overrides)
+        return Measurement(spec, None, {"output_0": {"cosine": cos, "sqnr_db": sqnr}}, share, 1000, 0, 0.0)
 
     return measure, calls
 
@@ -66,7 +70,8 @@ def test_the_search_keeps_only_layers_that_help_and_says_why_it_stopped():
     assert [k["layer"] for k in record["kept"]] == ["a", "d"]  # b made it worse, c changed nothing: undone
     assert record["stopped"] == "met" and record["conversions"] == 5  # full int8, a, b, c, d; e is not a candidate
     assert record["kept"][0]["contribution"]["cosine"] == pytest.approx(0.05)
-    assert [s["note"] for s in record["steps"][2:4]] == ["undone: worse than without it", "undone: no gain than without it"]
+    assert record["steps"][2]["note"].startswith("undone: more output noise")
+    assert record["steps"][3]["note"] == "undone: no better than without it"
     assert best.spec.overrides == (LayerOverride("a", "float"), LayerOverride("d", "float"))
 
 
@@ -78,6 +83,15 @@ def test_the_search_tries_the_cheaper_fallback_first_and_respects_the_floor_and_
     assert "floor" in record["steps"][1]["note"] and not record["kept"]
     assert record["stopped"] == "steps" and record["conversions"] == 4  # the first conversion and three steps
     assert best.spec.overrides == () and "step limit (3)" in record["why"]
+
+
+def test_a_step_that_adds_output_noise_is_undone_even_if_a_budget_metric_improves():
+    # "a" lifts the budgeted metric by one flipped sample's worth while the outputs get noisier.
+    measure, _calls = _measure({"a": 0.05, "b": 0.1}, noise={"a": -30.0})
+    _best, record = Search((Budget("cosine", 0.99),), ("float",)).run(
+        QuantSpec("int8"), measure, lambda m: [_Layer("a", 8), _Layer("b", 7)])
+    assert [k["layer"] for k in record["kept"]] == ["b"]
+    assert record["steps"][1]["note"].startswith("undone: more output noise")
 
 
 def test_no_step_when_full_int8_meets_the_budgets():

@@ -87,6 +87,10 @@ def render_result(result, console: Console | None) -> None:
 def _render_search(search: dict, console: Console) -> None:
     """The accuracy-aware search: its steps, the layers kept back, and why it stopped."""
     console.print(f"    search ({search['conversions']} conversions, {search['seconds']:.1f} s): {search['why']}")
+    if search.get("note"):
+        console.print(f"    [yellow]note:[/yellow] {search['note']}")
+    if len(search["steps"]) == 1:
+        return  # full int8 met the budgets: no table of one row
     table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
     for col in ("step", "layer", "→", *search["budgets"], "int8 share", "size", "result"):
         table.add_column(col, justify="left" if col in ("layer", "→", "result") else "right")
@@ -100,7 +104,9 @@ def _render_search(search: dict, console: Console) -> None:
     console.print(table)
     for k in search["kept"]:
         gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
-        console.print(f"    kept back: {k['layer']} at {k['precision']} (+{_size(max(k['bytes'], 0))}; {gains})")
+        size = f"+{_size(k['bytes'])}" if k["bytes"] >= 0 else f"-{_size(-k['bytes'])}"
+        console.print(f"    kept back: {k['layer']} at {k['precision']} ({size}; {gains})")
+
 
 
 def render_graph(edges, targets) -> None:
