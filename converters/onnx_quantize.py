@@ -89,6 +89,8 @@ class OnnxQuantize(Converter):
                         quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                         calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
+        if int16:
+            _keep_metadata(prepared, out_path)
         int8_weights_only(out_path)
 
 
@@ -122,6 +124,20 @@ def activations(model: Path, nodes: list) -> list[str]:
               if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
     weights = {i.name for i in graph.initializer}
     return sorted({t for n in nodes for t in (*n.input, *n.output) if t in floats and t not in weights})
+
+
+def _keep_metadata(prepared: Path, out_path: Path) -> None:
+    """Give the quantized model's nodes back the metadata of the nodes they came from (the module
+    path the exporter recorded, which names layers): with 16-bit overrides onnxruntime raises the
+    model to opset 21 and rebuilds its nodes without it."""
+    import onnx
+
+    source = {n.name: n.metadata_props for n in onnx.load(str(prepared), load_external_data=False).graph.node}
+    model = onnx.load(str(out_path))
+    for node in model.graph.node:
+        if not node.metadata_props and source.get(node.name):
+            node.metadata_props.extend(source[node.name])
+    onnx.save(model, str(out_path))
 
 
 def _fixed_shapes(path: Path, src: ModelArtifact, work_dir: Path) -> Path:

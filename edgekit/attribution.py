@@ -272,27 +272,34 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
 
 
 def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibration=None, spec=None,
-                say=lambda _msg: None) -> list[LayerDrift]:
+                float_path: str | None = None, say=lambda _msg: None) -> list[LayerDrift]:
     """The layers of the int8 artifact at `artifact_path`, converted from the opened source `model`,
     ranked on `inputs` (see `attribute`). For .pte, the PT2E model is rebuilt from `calibration` (a
-    SampleSet) and `spec` (a QuantSpec: method and overrides)."""
+    SampleSet) and `spec` (a QuantSpec: method and overrides); for the other formats the float
+    reference is `float_path`, or one converted here (`float_reference`)."""
     import tempfile
-    from pathlib import Path
 
-    from edgekit.graph import Graph
-    from edgekit.pipeline import ConvertContext, build
     from edgekit.runners import trace_layers_isolated
 
-    signature = model.artifact.signature
     if fmt == "pte":
         from edgekit.targets.pte_layers import trace
 
         return trace(model, calibration, spec, inputs)
     with tempfile.TemporaryDirectory(prefix="edgekit-float-") as tmp:
-        if model.artifact.format == fmt:  # an .onnx source: it is the float model
-            float_path = model.artifact.path
-        else:
-            plan = Graph().plan(model.artifact.format, fmt, "fp32")
-            float_path = build(plan, ConvertContext(model, Path(tmp)), "reference", say).path
-        ranked = from_json(trace_layers_isolated(fmt, float_path, artifact_path, signature, inputs))
+        float_path = float_path or float_reference(model, fmt, tmp, say)
+        ranked = from_json(trace_layers_isolated(fmt, float_path, artifact_path, model.artifact.signature, inputs))
     return _renamed(ranked, _source_names(model))
+
+
+def float_reference(model, fmt: str, folder, say=lambda _msg: None) -> str:
+    """The fp32 artifact of format `fmt` that per-layer drift is measured against: the source itself
+    when it is already that format, else one converted into `folder` by the same route."""
+    from pathlib import Path
+
+    from edgekit.graph import Graph
+    from edgekit.pipeline import ConvertContext, build
+
+    if model.artifact.format == fmt:  # an .onnx source: it is the float model
+        return model.artifact.path
+    plan = Graph().plan(model.artifact.format, fmt, "fp32")
+    return build(plan, ConvertContext(model, Path(folder)), "reference", say).path

@@ -370,7 +370,7 @@ class _Job:
 
     def _search(self, target, plan: Plan, step, tmp: Path, spec: QuantSpec, first: ModelArtifact | None):
         """Accuracy-aware int8 (edgekit.search): (the artifact, its spec, the search's record)."""
-        from edgekit.attribution import SAMPLES, rank_layers
+        from edgekit.attribution import SAMPLES, float_reference, rank_layers
         from edgekit.runners import run_isolated
         from edgekit.search import Measurement, Search
 
@@ -385,12 +385,16 @@ class _Job:
             return Measurement(spec, artifact, compare(held_ref, outputs, {}).metrics, inspection["int8_weight_share"],
                                artifact.bytes, floats, time.perf_counter() - started)
 
+        reference: list[str] = []  # the fp32 artifact the rankings compare with, converted once
+
         def rank(m: Measurement) -> list:
-            say(f"ranking the layers of the int8 model by the SQNR each loses on {min(SAMPLES, len(self.calib))} "
-                "calibration samples")
+            traced = self.calib.head(min(SAMPLES, len(self.calib)))
+            say(f"ranking the layers of the model by the SQNR each loses on {len(traced)} calibration samples")
             with captured():
-                return rank_layers(self.source, target.format, m.artifact.path, self.calib.head(min(SAMPLES, len(self.calib))).inputs,
-                                   calibration=self.calib, spec=m.spec, say=say)
+                if not reference and target.format != "pte":
+                    reference.append(float_reference(self.source, target.format, tmp / "float", say))
+                return rank_layers(self.source, target.format, m.artifact.path, traced.inputs, calibration=self.calib,
+                                   spec=m.spec, float_path=reference[0] if reference else None, say=say)
 
         say(f"searching for the fewest layers to keep back until {', '.join(b.text() for b in self.req.budgets)} "
             f"on {len(held_out)} held-out samples")

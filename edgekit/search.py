@@ -3,15 +3,18 @@
     edgekit convert model.pt2 -t tflite --int8 --calib c.npz --eval e.npz --budget cosine=0.99
 
 The model is converted fully int8 and measured in its runtime on held-out calibration samples (never
-the eval samples the final verdict uses). When a budget is missed, the layers are ranked once by the
-SQNR each one loses (edgekit.attribution, on the full-int8 model: one trace, not one conversion per
-layer) and moved back one at a time, the worst first, to the backend's fallback precisions in order
-(int16 activations where it has them, then float): reconvert, re-measure, and keep the step only if
-it brings the model closer to its budgets (by at least MIN_GAIN of the remaining gap) without adding
-noise to its outputs (their SQNR must not fall); otherwise undo it. The search stops when every budget holds, when the step limit is reached, or when no ranked layer
-is left; a step whose result would leave less than the floor of weight bytes in int8 is undone. The
-result is never worse than full int8 (only improving steps are kept) and every layer kept back comes
-with what it contributed.
+the eval samples the final verdict uses). When a budget is missed, the layers are ranked by the SQNR
+each one loses (edgekit.attribution: one trace of the model, not one conversion per layer) and moved
+back one at a time, the worst first, to the backend's fallback precisions in order (int16
+activations where it has them, then float): reconvert, re-measure, and keep the step only if it
+brings the model closer to its budgets (by at least MIN_GAIN of the remaining gap) and shows
+progress on the continuous budget metrics (all but top-1 agreement, which moves by whole samples;
+the output SQNR when only top-1 is budgeted); otherwise undo it. After each kept layer the model is
+ranked again: what a layer loses depends on what reaches it. The search stops when every budget
+holds, when the step limit is reached, or when no ranked layer is left; a step whose result would
+leave less than the floor of weight bytes in int8 is undone. The result is never worse than full
+int8 on the search samples (only improving steps are kept), and every layer kept back comes with
+what it contributed.
 
 The loop itself (`Search.run`) is pure: it takes a function that converts and measures a spec and a
 function that ranks layers, so the pipeline plugs in the real converters and runtimes.
@@ -32,10 +35,9 @@ MIN_INT8_SHARE = 0.8
 MAX_STEPS = 8
 MIN_LOSS_DB = 0.5  # layers losing less than this are not candidates
 MIN_GAIN = 0.02  # a step must close at least this share of the remaining gap to the budgets
-# ... and must not add noise to the outputs: a discrete metric (top-1 agreement on a few dozen
-# samples) can improve by one flipped sample while the model as a whole got worse.
-SQNR_TOLERANCE_DB = 0.01
+SQNR_TOLERANCE_DB = 0.01  # output SQNR a step may lose when only top-1 agreement is budgeted
 BOUNDED = ("cosine", "cosine_min", "channel_cosine", "channel_cosine_min", "top1_agreement")
+DISCRETE = ("top1_agreement",)  # moves by whole samples
 
 
 @dataclass(frozen=True)
@@ -54,10 +56,20 @@ class Budget:
         """How far `value` is from the limit, in units that make budgets comparable; 0 when met."""
         if value is None:
             return 0.0
+        sign = 1 if HIGHER_IS_BETTER[self.metric] else -1
+        return max(0.0, sign * (self.limit - value) / self._scale())
+
+    def progress(self, before: float | None, after: float | None) -> float:
+        """How much closer `after` is to (or further beyond) the limit than `before`, in gap units."""
+        if before is None or after is None:
+            return 0.0
+        return self.gap(before) - self.gap(after) if self.gap(before) or self.gap(after) else \
+            (after - before) * (1 if HIGHER_IS_BETTER[self.metric] else -1) / self._scale()
+
+    def _scale(self) -> float:
         if HIGHER_IS_BETTER[self.metric]:
-            scale = 1.0 - self.limit if self.metric in BOUNDED and self.limit < 1 else max(abs(self.limit), 1.0)
-            return max(0.0, (self.limit - value) / scale)
-        return max(0.0, (value - self.limit) / max(abs(self.limit), 1e-12))
+            return 1.0 - self.limit if self.metric in BOUNDED and self.limit < 1 else max(abs(self.limit), 1.0)
+        return max(abs(self.limit), 1e-12)
 
     def text(self) -> str:
         return f"{self.metric} {'≥' if HIGHER_IS_BETTER[self.metric] else '≤'} {self.limit:g}"
@@ -107,6 +119,22 @@ class Search:
     def gap(self, m: Measurement) -> float:
         return sum(b.gap(b.value(m.metrics)) for b in self.budgets)
 
+    def _smoother_worse(self, best: Measurement, trial: Measurement) -> str | None:
+        """Why `trial` is worse than `best` on the continuous budget metrics (all but top-1
+        agreement, met or not), or on the output SQNR when only top-1 is budgeted; None if it is
+        not. A step must show progress there: top-1 agreement on a few dozen samples moves by one
+        flipped sample, which a step can win while the model as a whole got worse."""
+        smooth = [b for b in self.budgets if b.metric not in DISCRETE]
+        if not smooth:
+            if _sqnr(trial) < _sqnr(best) - SQNR_TOLERANCE_DB:
+                return f"more output noise (SQNR {_sqnr(best):.2f} → {_sqnr(trial):.2f} dB)"
+            return None
+        change = sum(b.progress(b.value(best.metrics), b.value(trial.metrics)) for b in smooth)
+        if change <= 0:
+            shown = ", ".join(f"{b.metric} {_num(b.value(best.metrics))} → {_num(b.value(trial.metrics))}" for b in smooth)
+            return f"no progress on {shown}"
+        return None
+
     def run(self, spec: QuantSpec, convert_and_measure: Callable[[QuantSpec, int], Measurement],
             rank: Callable[[Measurement], list]) -> tuple[Measurement, dict]:
         """Search from `spec`; returns the best measurement and the record of the search (JSON)."""
@@ -120,41 +148,51 @@ class Search:
 
         best = measure(spec, 0)
         self._record(0, None, None, best, True, "full int8" if not spec.overrides else "the given overrides")
-        stopped, ranked_at = None, None
+        stopped, self.rankings, self.ranking_seconds = None, 0, 0.0
         if self.gap(best) == 0:
             stopped = "met"
         elif not self.fallbacks:
             stopped = "no-fallback"
         else:
-            t = time.perf_counter()
-            candidates = self._candidates(rank(best), spec)
-            ranked_at = round(time.perf_counter() - t, 3)
-            self.say(f"ranked {len(candidates)} layers losing ≥ {MIN_LOSS_DB} dB ({ranked_at:.1f} s)")
-            stopped = self._greedy(best, candidates, measure)
+            stopped = self._greedy(best, measure, rank)
             best = self._best
         record = {
             "budgets": {b.metric: b.limit for b in self.budgets}, "stopped": stopped,
-            "why": self._why(stopped, best), "conversions": self.conversions, "seconds": round(time.perf_counter() - started, 3),
-            "ranking_seconds": ranked_at, "min_int8_share": self.min_int8_share, "max_steps": self.max_steps,
+            "why": self._why(stopped, best), "conversions": self.conversions,
+            "seconds": round(time.perf_counter() - started, 3), "rankings": self.rankings,
+            "ranking_seconds": round(self.ranking_seconds, 3), "min_int8_share": self.min_int8_share,
+            "max_steps": self.max_steps,
             "values": self.values(best), "int8_share": round(best.int8_share, 6), "bytes": best.bytes,
             "overrides": [o.to_json() for o in best.spec.overrides], "kept": list(self.kept), "steps": list(self.steps),
         }
         return best, record
 
-    def _candidates(self, ranked: list, spec: QuantSpec) -> list[str]:
-        """Layer names, the one losing the most first; model inputs and layers already overridden left out."""
-        seen = {o.layer for o in spec.overrides}
+    def _ranked(self, m: Measurement, rank, tried: set) -> list[str]:
+        """The layers of `m` by the SQNR each loses, the worst first: model inputs, layers already
+        kept back and layers already tried left out."""
+        started = time.perf_counter()
+        ranked = rank(m)
+        self.ranking_seconds += time.perf_counter() - started
+        self.rankings += 1
+        seen = {o.layer for o in m.spec.overrides} | tried
         out = []
         for d in ranked:
             if d.loss_db < MIN_LOSS_DB or d.layer.startswith("input ") or d.layer in seen:
                 continue
             seen.add(d.layer)
             out.append(d.layer)
+        self.say(f"ranked {len(out)} layers losing ≥ {MIN_LOSS_DB} dB ({time.perf_counter() - started:.1f} s)")
         return out
 
-    def _greedy(self, best: Measurement, candidates: list[str], measure) -> str:
+    def _greedy(self, best: Measurement, measure, rank) -> str:
+        """Keep layers back one at a time; after each kept layer the model is ranked again (what a
+        layer loses depends on what reaches it), leaving out the layers already tried."""
         self._best = best
-        for layer in candidates:
+        tried: set[str] = set()
+        candidates = self._ranked(best, rank, tried)
+        while candidates:
+            layer = candidates.pop(0)
+            tried.add(layer)
             for precision in self.fallbacks:
                 if self.conversions > self.max_steps:
                     return "steps"
@@ -169,10 +207,9 @@ class Search:
                     self._record(len(self.steps), layer, precision, trial, False,
                                  f"undone: int8 share {trial.int8_share:.3f} < floor {self.min_int8_share:g}")
                     continue
-                noisier = _sqnr(trial) < _sqnr(self._best) - SQNR_TOLERANCE_DB
-                if noisier:
-                    self._record(len(self.steps), layer, precision, trial, False,
-                                 f"undone: more output noise (SQNR {_sqnr(self._best):.2f} → {_sqnr(trial):.2f} dB)")
+                worse = self._smoother_worse(self._best, trial)
+                if worse:
+                    self._record(len(self.steps), layer, precision, trial, False, f"undone: {worse}")
                     continue
                 gain = before - self.gap(trial)
                 if gain <= MIN_GAIN * before:
@@ -189,6 +226,9 @@ class Search:
                 self._best = trial
                 if self.gap(trial) == 0:
                     return "met"
+                if self.conversions > self.max_steps:
+                    return "steps"
+                candidates = self._ranked(trial, rank, tried)
                 break
         return "exhausted"
 

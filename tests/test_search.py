@@ -69,9 +69,10 @@ def test_the_search_keeps_only_layers_that_help_and_says_why_it_stopped():
     best, record = Search((Budget("cosine", 0.99),), ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked)
     assert [k["layer"] for k in record["kept"]] == ["a", "d"]  # b made it worse, c changed nothing: undone
     assert record["stopped"] == "met" and record["conversions"] == 5  # full int8, a, b, c, d; e is not a candidate
+    assert record["rankings"] == 2  # once on full int8, again after a was kept
     assert record["kept"][0]["contribution"]["cosine"] == pytest.approx(0.05)
-    assert record["steps"][2]["note"].startswith("undone: more output noise")
-    assert record["steps"][3]["note"] == "undone: no better than without it"
+    assert record["steps"][2]["note"] == "undone: no progress on cosine 0.95 → 0.94"
+    assert record["steps"][3]["note"] == "undone: no progress on cosine 0.95 → 0.95"
     assert best.spec.overrides == (LayerOverride("a", "float"), LayerOverride("d", "float"))
 
 
@@ -85,13 +86,22 @@ def test_the_search_tries_the_cheaper_fallback_first_and_respects_the_floor_and_
     assert best.spec.overrides == () and "step limit (3)" in record["why"]
 
 
-def test_a_step_that_adds_output_noise_is_undone_even_if_a_budget_metric_improves():
-    # "a" lifts the budgeted metric by one flipped sample's worth while the outputs get noisier.
-    measure, _calls = _measure({"a": 0.05, "b": 0.1}, noise={"a": -30.0})
-    _best, record = Search((Budget("cosine", 0.99),), ("float",)).run(
-        QuantSpec("int8"), measure, lambda m: [_Layer("a", 8), _Layer("b", 7)])
-    assert [k["layer"] for k in record["kept"]] == ["b"]
-    assert record["steps"][1]["note"].startswith("undone: more output noise")
+def test_a_step_must_show_progress_beyond_top1_agreement():
+    """Top-1 agreement moves by whole samples: a step that wins one flipped sample while the
+    continuous metrics (or, with top-1 alone, the output SQNR) get worse is undone."""
+    def measure(spec, index):
+        kept = {o.layer for o in spec.overrides}
+        top1 = 0.9 + 0.04 * len(kept)  # every step flips a sample the right way
+        cos = 0.995 - (0.001 if "a" in kept else 0) + (0.002 if "b" in kept else 0)
+        sqnr = 20 - (3 if "a" in kept else 0) + (1 if "b" in kept else 0)
+        return Measurement(spec, None, {"output_0": {"cosine": cos, "top1_agreement": top1, "sqnr_db": sqnr}},
+                           1.0, 1000, 0, 0.0)
+
+    ranked = [_Layer("a", 8), _Layer("b", 7)]
+    for budgets in [(Budget("cosine", 0.99), Budget("top1_agreement", 0.98)), (Budget("top1_agreement", 0.98),)]:
+        _best, record = Search(budgets, ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked)
+        assert [k["layer"] for k in record["kept"]] == ["b"], budgets
+        assert record["steps"][1]["note"].startswith(("undone: no progress on cosine", "undone: more output noise"))
 
 
 def test_no_step_when_full_int8_meets_the_budgets():
@@ -100,6 +110,7 @@ def test_no_step_when_full_int8_meets_the_budgets():
     _best, record = Search((Budget("cosine", 0.8),), ("float",)).run(QuantSpec("int8"), measure,
                                                                       lambda m: ranked.append(1) or [])
     assert record["stopped"] == "met" and record["conversions"] == 1 and not ranked  # not even a ranking
+    assert record["rankings"] == 0
 
 
 # --- real converters and runtimes ---------------------------------------------------------------
