@@ -35,7 +35,10 @@ MIN_INT8_SHARE = 0.8
 MAX_STEPS = 8
 MIN_LOSS_DB = 0.5  # layers losing less than this are not candidates
 MIN_GAIN = 0.02  # a step must close at least this share of the remaining gap to the budgets
-SQNR_TOLERANCE_DB = 0.01  # output SQNR a step may lose when only top-1 agreement is budgeted
+# A step must also move the continuous budget metrics by this much (in budget widths: 1e-4 of cosine
+# for cosine=0.99), or the output SQNR by SQNR_PROGRESS_DB when only top-1 agreement is budgeted.
+MIN_PROGRESS = 0.01
+SQNR_PROGRESS_DB = 0.05
 BOUNDED = ("cosine", "cosine_min", "channel_cosine", "channel_cosine_min", "top1_agreement")
 DISCRETE = ("top1_agreement",)  # moves by whole samples
 
@@ -119,18 +122,18 @@ class Search:
     def gap(self, m: Measurement) -> float:
         return sum(b.gap(b.value(m.metrics)) for b in self.budgets)
 
-    def _smoother_worse(self, best: Measurement, trial: Measurement) -> str | None:
-        """Why `trial` is worse than `best` on the continuous budget metrics (all but top-1
-        agreement, met or not), or on the output SQNR when only top-1 is budgeted; None if it is
-        not. A step must show progress there: top-1 agreement on a few dozen samples moves by one
-        flipped sample, which a step can win while the model as a whole got worse."""
+    def _no_progress(self, best: Measurement, trial: Measurement) -> str | None:
+        """Why `trial` shows no progress over `best` on the continuous budget metrics (all but top-1
+        agreement, met or not; at least MIN_PROGRESS budget widths), or on the output SQNR when only
+        top-1 is budgeted; None if it does. Top-1 agreement on a few dozen samples moves by one
+        flipped sample, which a step can win while the model as a whole got no better."""
         smooth = [b for b in self.budgets if b.metric not in DISCRETE]
         if not smooth:
-            if _sqnr(trial) < _sqnr(best) - SQNR_TOLERANCE_DB:
-                return f"more output noise (SQNR {_sqnr(best):.2f} → {_sqnr(trial):.2f} dB)"
+            if _sqnr(trial) < _sqnr(best) + SQNR_PROGRESS_DB:
+                return f"no progress on the output SQNR ({_sqnr(best):.2f} → {_sqnr(trial):.2f} dB)"
             return None
         change = sum(b.progress(b.value(best.metrics), b.value(trial.metrics)) for b in smooth)
-        if change <= 0:
+        if change < MIN_PROGRESS:
             shown = ", ".join(f"{b.metric} {_num(b.value(best.metrics))} → {_num(b.value(trial.metrics))}" for b in smooth)
             return f"no progress on {shown}"
         return None
@@ -207,7 +210,7 @@ class Search:
                     self._record(len(self.steps), layer, precision, trial, False,
                                  f"undone: int8 share {trial.int8_share:.3f} < floor {self.min_int8_share:g}")
                     continue
-                worse = self._smoother_worse(self._best, trial)
+                worse = self._no_progress(self._best, trial)
                 if worse:
                     self._record(len(self.steps), layer, precision, trial, False, f"undone: {worse}")
                     continue
