@@ -215,3 +215,18 @@ sqnr_db = 20
     search = json.loads(again.stdout)["cases"][0]["search"]
     assert search["conversions"] == 1 and search["steps"][0]["note"] == "the given overrides"
     assert search["overrides"] == [{"layer": "conv2", "precision": "float"}]
+
+
+def test_a_keras_layer_kept_float_is_float_in_the_tflite(tmp_path):
+    from tests.conftest import KERAS, KERAS_CALIB, KERAS_EVAL
+
+    def convert(*keep):
+        p = run_cli("convert", KERAS, "-t", "tflite", "--int8", "--calib", KERAS_CALIB, "--eval", KERAS_EVAL,
+                    "--out", tmp_path / "-".join(keep), "--json", *(a for k in keep for a in ("--keep", k)))
+        return p, (json.loads(p.stdout)["artifacts"][0] if p.stdout.strip() else None)
+
+    p, artifact = convert("conv1")
+    assert p.returncode == 0, p.stderr
+    assert artifact["verification"]["inspection"]["float_ops"] == ["CONV_2D ×1"]  # conv1; conv2 stays int8
+    p, _ = convert("conv9")
+    assert p.returncode == 2 and "no layer named 'conv9'" in p.stderr and "conv2" in p.stderr
