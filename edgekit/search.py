@@ -7,9 +7,10 @@ the eval samples the final verdict uses). When a budget is missed, the layers ar
 each one loses (edgekit.attribution: one trace of the model, not one conversion per layer) and moved
 back one at a time, the worst first, to the backend's fallback precisions in order (int16
 activations where it has them, then float): reconvert, re-measure, and keep the step only if it
-brings the model closer to its budgets (by at least MIN_GAIN of the remaining gap) and shows
-progress on the continuous budget metrics (all but top-1 agreement, which moves by whole samples;
-the output SQNR when only top-1 is budgeted); otherwise undo it. After each kept layer the model is
+moves the continuous budget metrics (all but top-1 agreement, which moves by whole samples; the
+output SQNR when only top-1 is budgeted) and brings the model closer to its budgets, by at least
+MIN_GAIN of the remaining gap or by a large move of those metrics (see `Search._verdict`);
+otherwise undo it. After each kept layer the model is
 ranked again: what a layer loses depends on what reaches it. The search stops when every budget
 holds, when the step limit is reached, or when no ranked layer is left; a step whose result would
 leave less than the floor of weight bytes in int8 is undone. The result is never worse than full
@@ -36,9 +37,11 @@ MAX_STEPS = 8
 MIN_LOSS_DB = 0.5  # layers losing less than this are not candidates
 MIN_GAIN = 0.02  # a step must close at least this share of the remaining gap to the budgets
 # A step must also move the continuous budget metrics by this much (in budget widths: 1e-4 of cosine
-# for cosine=0.99), or the output SQNR by SQNR_PROGRESS_DB when only top-1 agreement is budgeted.
+# for cosine=0.99; with top-1 agreement alone, the output SQNR, SQNR_DB_PER_WIDTH dB to a width), and
+# by STRONG_PROGRESS to be kept without closing the gap (a met cosine budget, a missed top-1).
 MIN_PROGRESS = 0.01
-SQNR_PROGRESS_DB = 0.05
+STRONG_PROGRESS = 0.1
+SQNR_DB_PER_WIDTH = 5.0
 BOUNDED = ("cosine", "cosine_min", "channel_cosine", "channel_cosine_min", "top1_agreement")
 DISCRETE = ("top1_agreement",)  # moves by whole samples
 
@@ -122,20 +125,32 @@ class Search:
     def gap(self, m: Measurement) -> float:
         return sum(b.gap(b.value(m.metrics)) for b in self.budgets)
 
-    def _no_progress(self, best: Measurement, trial: Measurement) -> str | None:
-        """Why `trial` shows no progress over `best` on the continuous budget metrics (all but top-1
-        agreement, met or not; at least MIN_PROGRESS budget widths), or on the output SQNR when only
-        top-1 is budgeted; None if it does. Top-1 agreement on a few dozen samples moves by one
-        flipped sample, which a step can win while the model as a whole got no better."""
+    def _progress(self, best: Measurement, trial: Measurement) -> tuple[float, str]:
+        """How far `trial` moved past `best` on the continuous budget metrics (all but top-1 agreement,
+        met or not), in budget widths; with top-1 alone, on the output SQNR (SQNR_DB_PER_WIDTH dB
+        count as one width). With its description."""
         smooth = [b for b in self.budgets if b.metric not in DISCRETE]
         if not smooth:
-            if _sqnr(trial) < _sqnr(best) + SQNR_PROGRESS_DB:
-                return f"no progress on the output SQNR ({_sqnr(best):.2f} → {_sqnr(trial):.2f} dB)"
-            return None
+            return ((_sqnr(trial) - _sqnr(best)) / SQNR_DB_PER_WIDTH,
+                    f"the output SQNR ({_sqnr(best):.2f} → {_sqnr(trial):.2f} dB)")
         change = sum(b.progress(b.value(best.metrics), b.value(trial.metrics)) for b in smooth)
-        if change < MIN_PROGRESS:
-            shown = ", ".join(f"{b.metric} {_num(b.value(best.metrics))} → {_num(b.value(trial.metrics))}" for b in smooth)
+        return change, ", ".join(f"{b.metric} {_num(b.value(best.metrics))} → {_num(b.value(trial.metrics))}"
+                                 for b in smooth)
+
+    def _verdict(self, best: Measurement, trial: Measurement) -> str | None:
+        """Why the step from `best` to `trial` is undone, or None to keep it. A step must move the
+        continuous metrics (top-1 agreement on a few dozen samples moves by one flipped sample, which
+        a step can win while the model got no better), must not widen the gap to the budgets, and
+        must close it by MIN_GAIN of what is left unless it moves the continuous metrics a lot
+        (STRONG_PROGRESS: progress on a met cosine budget is progress toward top-1 agreement)."""
+        progress, shown = self._progress(best, trial)
+        if progress < MIN_PROGRESS:
             return f"no progress on {shown}"
+        before, after = self.gap(best), self.gap(trial)
+        if after > before:
+            return "worse than without it"
+        if before - after <= MIN_GAIN * before and progress < STRONG_PROGRESS:
+            return "no better than without it"
         return None
 
     def run(self, spec: QuantSpec, convert_and_measure: Callable[[QuantSpec, int], Measurement],
@@ -205,19 +220,13 @@ class Search:
                 except BadInput as e:  # a name the backend does not know as a layer: not a candidate
                     self._record(len(self.steps), layer, precision, None, False, f"skipped: {e.message}")
                     break
-                before = self.gap(self._best)
                 if trial.int8_share < self.min_int8_share:
                     self._record(len(self.steps), layer, precision, trial, False,
                                  f"undone: int8 share {trial.int8_share:.3f} < floor {self.min_int8_share:g}")
                     continue
-                worse = self._no_progress(self._best, trial)
-                if worse:
-                    self._record(len(self.steps), layer, precision, trial, False, f"undone: {worse}")
-                    continue
-                gain = before - self.gap(trial)
-                if gain <= MIN_GAIN * before:
-                    self._record(len(self.steps), layer, precision, trial, False,
-                                 "undone: " + ("worse" if gain < 0 else "no better") + " than without it")
+                undone = self._verdict(self._best, trial)
+                if undone:
+                    self._record(len(self.steps), layer, precision, trial, False, f"undone: {undone}")
                     continue
                 self.kept.append({
                     "layer": layer, "precision": precision, "step": len(self.steps),

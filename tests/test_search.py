@@ -104,6 +104,16 @@ def test_a_step_must_show_progress_beyond_top1_agreement():
         assert record["steps"][1]["note"].startswith(("undone: no progress on cosine", "undone: no progress on the output"))
 
 
+def test_a_large_move_of_a_met_cosine_counts_toward_a_missed_top1():
+    def measure(spec, index):
+        cos = 0.991 + (0.002 if spec.overrides else 0)  # cosine met either way; top-1 unchanged
+        return Measurement(spec, None, {"output_0": {"cosine": cos, "top1_agreement": 0.9}}, 1.0, 1000, 0, 0.0)
+
+    _best, record = Search((Budget("cosine", 0.99), Budget("top1_agreement", 0.98)), ("float",)).run(
+        QuantSpec("int8"), measure, lambda m: [_Layer("a", 8)])
+    assert [k["layer"] for k in record["kept"]] == ["a"] and record["stopped"] == "exhausted"
+
+
 def test_no_step_when_full_int8_meets_the_budgets():
     measure, calls = _measure({})
     ranked = []
