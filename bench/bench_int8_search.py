@@ -6,8 +6,7 @@ Same models, targets and raw calls as bench/bench_int8_real.py (whose functions 
 model × target, in one run:
 
   full    `edgekit convert SRC -t TARGET --int8 --calib CALIB --eval EVAL --json`, timed;
-  search  the same plus `--budget cosine=0.99` (`channel_cosine=0.99` for the detector, whose output is
-          boxes + scores) and `--budget top1_agreement=0.98` for the classifier, timed;
+  search  the same plus `--budget cosine=0.99`, and `--budget top1_agreement=0.98` for the classifier, timed;
   raw     bench_int8_real's raw library calls, verified by edgekit's verifier on the same eval samples
           (for onnx from a .pt2 it quantizes the fp32 .onnx of one extra edgekit fp32 conversion).
 
@@ -45,8 +44,7 @@ R = _bench_int8_real()
 
 
 def budgets(m) -> list[str]:
-    first = "channel_cosine=0.99" if m.kind == "detector" else "cosine=0.99"
-    return [first] + (["top1_agreement=0.98"] if m.kind == "classifier" else [])
+    return ["cosine=0.99"] + (["top1_agreement=0.98"] if m.kind == "classifier" else [])
 
 
 def search_convert(m, target: str, out: Path) -> dict:

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from edgekit.calibration import bias_correction
 from edgekit.calibration.data import SampleSet
 from edgekit.calibration.pt2e_quantizer import EdgeQuantizer, make, mixed_scale_cats
 from edgekit.errors import ConversionFailed, first_line
@@ -58,8 +59,9 @@ def edgekit_quantizer(backend, get_config: Callable[..., Any], kind: str, float_
 
 
 def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, example_args: tuple,
-             fold_quantize: bool):
-    """prepare_pt2e → run the calibration samples → convert_pt2e. Returns the quantized GraphModule.
+             fold_quantize: bool, correct_biases: bool = False):
+    """prepare_pt2e → run the calibration samples → convert_pt2e (→ bias correction on the same
+    samples, see edgekit.calibration.bias_correction). Returns the quantized GraphModule.
 
     `calibration` is None for dynamic quantization: activations are quantized at run time, and one
     run on `example_args` only traces the observers.
@@ -71,6 +73,7 @@ def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, e
     def sample(i: int) -> list:
         return [torch.from_numpy(np.array(calibration.inputs[n][i], copy=True)) for n in input_names]
 
+    correct_biases = correct_biases and calibration is not None
     if calibration is not None and isinstance(quantizer, EdgeQuantizer):
         quantizer.keep_float = mixed_scale_cats(module, [sample(i) for i in range(min(len(calibration), 8))])
     prepared = prepare_pt2e(module, quantizer)
@@ -80,8 +83,11 @@ def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, e
             _run_naming_node(prepared, example_args)
         for i in range(len(calibration) if calibration is not None else 0):
             _run_naming_node(prepared, sample(i))
+    weights = bias_correction.float_weights(prepared) if correct_biases else None
     converted = convert_pt2e(prepared, fold_quantize=fold_quantize)
     move_exported_model_to_eval(converted)
+    if correct_biases:
+        bias_correction.correct(converted, weights, [sample(i) for i in range(len(calibration))])
     converted.training = False  # exported modules refuse .eval(); converters read .training
     return converted
 

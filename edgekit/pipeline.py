@@ -51,14 +51,17 @@ class ConvertRequest:
     calib_method: str = "minmax"
     int8_io: bool = False
     granularity: str = "per_channel"
+    bias_correction: bool = False
     overrides: tuple[LayerOverride, ...] = ()  # layers kept back from int8 (edgekit.quant)
     budgets: tuple = ()  # edgekit.search.Budget: search for the fewest layers to keep back until they hold
     min_int8_share: float = 0.8
     max_steps: int = 8
 
-    def spec(self, method: str) -> QuantSpec:
-        """The quantization spec of this request with a concrete calibration method."""
+    def spec(self, method: str, bias_correction: bool | None = None) -> QuantSpec:
+        """The quantization spec of this request with a concrete calibration method (and bias
+        correction, when given, else as asked for)."""
         return QuantSpec(self.precision, method, granularity=self.granularity, int8_io=self.int8_io,
+                         bias_correction=self.bias_correction if bias_correction is None else bias_correction,
                          overrides=self.overrides)
 
     def __post_init__(self):
@@ -69,6 +72,8 @@ class ConvertRequest:
                            fix=f"use one of {', '.join((*METHODS, AUTO))}")
         if self.int8_io and self.precision != "int8":
             raise BadInput("--int8-io needs --precision int8 (or --int8)")
+        if self.bias_correction and self.precision != "int8":
+            raise BadInput("--bias-correction needs --precision int8 (or --int8): it corrects a calibrated model")
         if (self.overrides or self.budgets) and self.precision != "int8":
             raise BadInput(f"{'--keep' if self.overrides else '--budget'} needs --precision int8 (or --int8): "
                            "it keeps layers of a static int8 model back")
@@ -338,8 +343,9 @@ class _Job:
                 if self.req.calib_method == AUTO:
                     artifact, calibration = self._auto(target, plan, step, tmp)
                 else:
-                    artifact, calibration = None, {"method": self.req.calib_method}
-                spec = self.req.spec(calibration["method"])
+                    artifact, calibration = None, {"method": self.req.calib_method,
+                                                   "bias_correction": self.req.bias_correction}
+                spec = self.req.spec(calibration["method"], calibration.get("bias_correction"))
                 search = None
                 if self.req.budgets:
                     artifact, spec, search = self._search(target, plan, step, tmp, spec, artifact)
@@ -405,21 +411,26 @@ class _Job:
         return best.artifact, best.spec, record
 
     def _auto(self, target, plan: Plan, step, tmp: Path) -> tuple[ModelArtifact, dict]:
-        """Try every method the backend has; keep the one with the least drift on held-out samples."""
+        """Try every method the backend has, with and without bias correction where it has that (with
+        only, when --bias-correction asks for it); keep the one with the least drift on held-out samples."""
         from edgekit.runners import run_isolated
 
         held_out, held_ref = self.selection
+        corrections = (True,) if self.req.bias_correction else (False, True) if step.converter.bias_correction else (False,)
         tried = []
         for method in step.converter.methods:
-            artifact = self._route(target, plan, tmp / method, self.req.spec(method))
-            verdict = compare(held_ref, run_isolated(artifact, held_out.inputs)[0], {})
-            m = verdict.metrics["output_0"]
-            tried.append((artifact, {"method": method, "sqnr_db": m["sqnr_db"], "cosine": m["cosine"],
-                                     "max_abs": m["max_abs"]}))
-            self.say(f"{target.name}: {method} calibration: cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
+            for corrected in corrections:
+                name = method + ("+bias-correction" if corrected else "")
+                artifact = self._route(target, plan, tmp / name, self.req.spec(method, corrected))
+                verdict = compare(held_ref, run_isolated(artifact, held_out.inputs)[0], {})
+                m = verdict.metrics["output_0"]
+                tried.append((artifact, {"method": method, "bias_correction": corrected, "sqnr_db": m["sqnr_db"],
+                                         "cosine": m["cosine"], "max_abs": m["max_abs"]}))
+                self.say(f"{target.name}: {method} calibration{' with bias correction' if corrected else ''}: "
+                         f"cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
         best_artifact, best = max(tried, key=lambda t: _drift_rank(t[1]))
-        return best_artifact, {"method": best["method"], "requested": AUTO, "held_out_samples": len(held_out),
-                               "candidates": [c for _, c in tried]}
+        return best_artifact, {"method": best["method"], "bias_correction": best["bias_correction"], "requested": AUTO,
+                               "held_out_samples": len(held_out), "candidates": [c for _, c in tried]}
 
 
 def build(plan: Plan, ctx: ConvertContext, stem: str, say: Progress) -> ModelArtifact:
@@ -434,7 +445,8 @@ def build(plan: Plan, ctx: ConvertContext, stem: str, say: Progress) -> ModelArt
         ext = by_format(conv.target).extension
         last = i == len(plan.steps) - 1
         path = ctx.work_dir / (f"{stem}{suffix}{ext}" if last else f"step{i}-{stem}{ext}")
-        detail = f", {ctx.spec.method} calibration" if step is quantizing_step(plan) else ""
+        detail = (f", {ctx.spec.method} calibration" + (" and bias correction" if ctx.spec.bias_correction else "")
+                  if step is quantizing_step(plan) else "")
         say(f"converting {artifact.format} → {conv.target} at {step.precision} ({conv.name}{detail})")
         with captured(), temp_files_in(ctx.work_dir):
             artifact = conv()(artifact, path, step.precision, ctx)

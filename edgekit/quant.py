@@ -44,6 +44,7 @@ class QuantSpec:
     activation_bits: int = 8
     granularity: str = "per_channel"  # of the weights
     int8_io: bool = False
+    bias_correction: bool = False  # edgekit.calibration.bias_correction, after calibration
     overrides: tuple[LayerOverride, ...] = field(default_factory=tuple)
 
     def layers(self, precision: str) -> tuple[str, ...]:
@@ -58,7 +59,8 @@ class QuantSpec:
     def to_json(self) -> dict:
         return {"precision": self.precision, "method": self.method, "weight_bits": self.weight_bits,
                 "activation_bits": self.activation_bits, "granularity": self.granularity,
-                "int8_io": self.int8_io, "overrides": [o.to_json() for o in self.overrides]}
+                "int8_io": self.int8_io, "bias_correction": self.bias_correction,
+                "overrides": [o.to_json() for o in self.overrides]}
 
 
 def parse_overrides(items) -> tuple[LayerOverride, ...]:
@@ -82,6 +84,9 @@ def check_expressible(spec: QuantSpec, converter, target: str) -> None:
         raise BadInput(f"the {target} backend quantizes to 8-bit weights and activations, not "
                        f"w{spec.weight_bits}a{spec.activation_bits}",
                        fix="keep single layers at int16 activations with --keep LAYER=int16 where the backend has it")
+    if spec.bias_correction and not converter.bias_correction:
+        raise BadInput(f"the {target} backend has no bias correction",
+                       fix="drop --bias-correction for this target (tflite and executorch from torch sources have it)")
     if spec.granularity not in converter.granularities:
         raise BadInput(f"the {target} backend has no {spec.granularity.replace('_', '-')} weight quantization",
                        fix=f"use {' or '.join(g.replace('_', '-') for g in converter.granularities)}")

@@ -57,6 +57,7 @@ class Converter:
     int8_io: ClassVar[bool] = False  # can give the int8 model integer inputs and outputs
     fallbacks: ClassVar[tuple[str, ...]] = ()  # what a layer kept back from int8 can become (edgekit.quant)
     granularities: ClassVar[tuple[str, ...]] = ("per_channel",)  # of int8 weights
+    bias_correction: ClassVar[bool] = False  # can correct the biases after calibration (edgekit.quant)
 
     @classmethod
     def missing(cls) -> tuple[str, ...]:

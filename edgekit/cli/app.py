@@ -88,6 +88,7 @@ def convert(
     calib: Annotated[Optional[str], typer.Option("--calib", help="Calibration data: .npz, folder of .npy or images, module:function, or random.")] = None,
     calib_samples: Annotated[Optional[int], typer.Option("--calib-samples", help="Use the first N calibration samples.")] = None,
     calib_method: Annotated[str, typer.Option("--calib-method", help="minmax, percentile, entropy, mse, or auto.")] = "minmax",
+    bias_correction: Annotated[bool, typer.Option("--bias-correction", help="int8 (tflite, executorch): after calibration, subtract each layer's mean output error from its bias.")] = False,
     calib_preprocess: Annotated[Optional[str], typer.Option("--calib-preprocess", help="For image folders: size=HxW,scale=1/255,mean=..,std=..,layout=NCHW,color=gray")] = None,
     eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs (and optional 'labels') to verify on.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Write the JSON report to stdout; human output to stderr.")] = False,
@@ -127,7 +128,7 @@ def convert(
     request = ConvertRequest(
         source=model, targets=tuple(target), out_dir=str(out), precision=precision,
         calibration=CalibrationSpec(calib, calib_samples, calib_preprocess) if calib else None,
-        calib_method=calib_method, int8_io=int8_io,
+        calib_method=calib_method, int8_io=int8_io, bias_correction=bias_correction,
         eval_data=str(eval_data) if eval_data else None, thresholds=parse_thresholds(threshold),
         source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
                                      str(example_inputs) if example_inputs else None, trust_model_code),
