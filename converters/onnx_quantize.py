@@ -34,6 +34,7 @@ class OnnxQuantize(Converter):
     int8_io = True
     fallbacks = ("int16", "float")  # TensorQuantOverrides with QInt16 activations (a16w8); nodes_to_exclude
     granularities = ("per_channel", "per_tensor")
+    bias_correction = True  # edgekit.calibration.onnx_bias_correction on the QDQ model
     extra = "onnx"
     requires = ("onnx", "onnxruntime")  # no torch: ONNX models from TensorFlow take this edge too
     cost = 1.0
@@ -91,6 +92,11 @@ class OnnxQuantize(Converter):
                         calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
         if int16:
             _keep_metadata(prepared, out_path)
+        if spec.bias_correction:
+            from edgekit.calibration import onnx_bias_correction
+
+            reader.rewind()
+            onnx_bias_correction.correct(out_path, prepared, iter(reader.get_next, None), ctx.work_dir)
         int8_weights_only(out_path)
 
 

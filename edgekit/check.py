@@ -46,7 +46,7 @@ SCHEMA = "edgekit.check/1"
 BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *HIGHER_IS_BETTER}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
 MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
-              "budgets", "artifacts", "search"}
+              "bias_correction", "budgets", "artifacts", "search"}
 SEARCH_KEYS = {"min_int8_share", "max_steps"}
 
 
@@ -60,6 +60,7 @@ class ModelCheck:
     eval: str | None = None
     input_shape: tuple[str, ...] = ()
     calib_method: str = "minmax"
+    bias_correction: bool = False  # int8 on tflite/executorch (edgekit.calibration.bias_correction)
     budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
     artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
     project: str | None = None  # the config's folder: import specs must name its modules
@@ -162,9 +163,17 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         name=name, path=rel("path"), targets=strings("targets", []),
         precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
         input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
+        bias_correction=_flag(m, "bias_correction", where),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
         search=_search(m.get("search"), where, "int8" in precisions),
     )
+
+
+def _flag(m: dict, key: str, where: str) -> bool:
+    value = m.get(key, False)
+    if not isinstance(value, bool):
+        raise BadInput(f"{where}.{key}: {value!r} is not true or false", fix=f"write {key} = true")
+    return value
 
 
 def _search(raw, where: str, int8: bool) -> dict | None:
@@ -231,6 +240,7 @@ class Case:
     layers: tuple = ()  # LayerDrift, the layer losing the most first (int8 only)
     layers_note: str | None = None  # why there is no attribution, when one was asked for
     overrides: tuple = ()  # the layers kept back from int8 ({"layer", "precision"})
+    bias_correction: bool = False  # whether the int8 model's biases were corrected
     search: dict | None = None  # the accuracy-aware search's record, when the case searched
 
     @property
@@ -240,7 +250,7 @@ class Case:
     def baseline_entry(self) -> dict:
         return {"bytes": self.bytes, "metrics": self.metrics.get("output_0", {}),
                 "task_accuracy": self.task_accuracy, "sha256": self.hashes, "tool_versions": self.tool_versions,
-                "overrides": list(self.overrides)}
+                "overrides": list(self.overrides), "bias_correction": self.bias_correction}
 
 
 def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attribution: str = "failing",
@@ -250,7 +260,8 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
     `attribution`: for which int8 cases to rank the layers by drift — "failing", "all" or "none".
     `trust`: a SourceOptions whose trust_pickle/trust_model_code come from the command line (never
     from the config, which a pull request may change). `seeds`: case name → the layer overrides a
-    baseline recorded (see `baseline_overrides`); a searching case starts from them.
+    baseline recorded, and whether it corrected biases (see `baseline_seeds`); a searching case starts
+    from them.
     """
     from edgekit.calibration.sources import CalibrationSpec
     from edgekit.pipeline import ConvertRequest, convert, verify_artifacts
@@ -259,7 +270,7 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
 
     cases = []
     for m in models:
-        def request(precision: str, targets=None, overrides=()) -> ConvertRequest:
+        def request(precision: str, targets=None, seed=None) -> ConvertRequest:
             searching = m.search is not None and precision == "int8"
             return ConvertRequest(
                 m.path, targets or m.targets or ("all",), str(Path(out_dir) / m.name / precision), precision=precision,
@@ -267,7 +278,8 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
                 source_options=m.source_options(trust),
                 calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == "int8" else None,
                 calib_method=m.calib_method,
-                overrides=tuple(LayerOverride(o["layer"], o["precision"]) for o in overrides),
+                bias_correction=precision == "int8" and (m.bias_correction or bool(seed and seed["bias_correction"])),
+                overrides=tuple(LayerOverride(o["layer"], o["precision"]) for o in (seed or {}).get("overrides", ())),
                 **({"budgets": parse_budgets({k: v for k, v in m.budget(precision).items() if k in _OUTPUT_METRICS}),
                     **m.search} if searching else {}),
             )
@@ -282,7 +294,7 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
                 seeded = {t: (seeds or {}).get(f"{m.name} {t} {precision}") for t in m.targets}
                 if m.search is not None and precision == "int8" and "all" not in m.targets and any(seeded.values()):
                     # Each target starts from the layers its last baseline kept back: one run per target.
-                    runs = [request(precision, (t,), seeded[t] or ()) for t in m.targets]
+                    runs = [request(precision, (t,), seeded[t]) for t in m.targets]
                 else:
                     runs = [request(precision)]
                 for req in runs:
@@ -323,7 +335,8 @@ def _judge(m: ModelCheck, r, result, precision: str) -> Case:
     return Case(m.name, r.target, precision, "fail" if reasons else "pass", tuple(reasons),
                 r.bytes, r.verdict.metrics, acc, r.artifact.path,
                 r.artifact.meta.get("seconds") or 0.0, hashes, dict(r.artifact.meta.get("tool_versions", {})),
-                budget=budget, overrides=tuple(quantization.get("overrides", ())), search=r.artifact.meta.get("search"))
+                budget=budget, overrides=tuple(quantization.get("overrides", ())),
+                bias_correction=bool(quantization.get("bias_correction")), search=r.artifact.meta.get("search"))
 
 
 def _wants_layers(c: Case, attribution: str) -> bool:
@@ -366,9 +379,10 @@ def write_baseline(cases: list[Case], path: str | Path) -> None:
     Path(path).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def baseline_overrides(path: str | Path) -> dict:
-    """Case name → the layer overrides the baseline at `path` recorded (only cases that kept layers
-    back); {} when there is no readable baseline."""
+def baseline_seeds(path: str | Path) -> dict:
+    """Case name → {"overrides": the layer overrides, "bias_correction": bool} the baseline at `path`
+    recorded (only cases that kept layers back or corrected biases); {} when there is no readable
+    baseline."""
     import json
 
     try:
@@ -379,10 +393,14 @@ def baseline_overrides(path: str | Path) -> dict:
         return {}
     out = {}
     for name, entry in doc["cases"].items():
-        rows = entry.get("overrides") if isinstance(entry, dict) else None
-        if isinstance(rows, list) and rows and all(isinstance(o, dict) and isinstance(o.get("layer"), str)
-                                                   and o.get("precision") in ("float", "int16") for o in rows):
-            out[name] = rows
+        if not isinstance(entry, dict):
+            continue
+        rows = entry.get("overrides")
+        rows = rows if isinstance(rows, list) and all(isinstance(o, dict) and isinstance(o.get("layer"), str)
+                                                      and o.get("precision") in ("float", "int16") for o in rows) else []
+        corrected = entry.get("bias_correction") is True
+        if rows or corrected:
+            out[name] = {"overrides": rows, "bias_correction": corrected}
     return out
 
 
@@ -427,7 +445,8 @@ def to_json(cases: list[Case]) -> dict:
                        "reasons": list(c.reasons), "bytes": c.bytes, "path": c.path, "metrics": c.metrics,
                        "task_accuracy": c.task_accuracy, "sha256": c.hashes, "tool_versions": c.tool_versions,
                        "changes": list(c.changes), "layers": [d.to_json() for d in c.layers],
-                       "layers_note": c.layers_note, "overrides": list(c.overrides), "search": c.search}
+                       "layers_note": c.layers_note, "overrides": list(c.overrides),
+                       "bias_correction": c.bias_correction, "search": c.search}
                       for c in cases]}
 
 

@@ -404,7 +404,8 @@ class _Job:
 
         say(f"searching for the fewest layers to keep back until {', '.join(b.text() for b in self.req.budgets)} "
             f"on {len(held_out)} held-out samples")
-        search = Search(self.req.budgets, step.converter.fallbacks, self.req.min_int8_share, self.req.max_steps, say)
+        search = Search(self.req.budgets, step.converter.fallbacks, self.req.min_int8_share, self.req.max_steps, say,
+                        bias_correction=step.converter.bias_correction)
         best, record = search.run(spec, measure, rank)
         record["samples"] = len(held_out)
         say(f"search: {record['why']} ({record['conversions']} conversions, {record['seconds']:.1f} s)")

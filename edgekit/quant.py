@@ -86,7 +86,7 @@ def check_expressible(spec: QuantSpec, converter, target: str) -> None:
                        fix="keep single layers at int16 activations with --keep LAYER=int16 where the backend has it")
     if spec.bias_correction and not converter.bias_correction:
         raise BadInput(f"the {target} backend has no bias correction",
-                       fix="drop --bias-correction for this target (tflite and executorch from torch sources have it)")
+                       fix="drop --bias-correction for this target (tflite from torch sources, executorch and onnx have it)")
     if spec.granularity not in converter.granularities:
         raise BadInput(f"the {target} backend has no {spec.granularity.replace('_', '-')} weight quantization",
                        fix=f"use {' or '.join(g.replace('_', '-') for g in converter.granularities)}")

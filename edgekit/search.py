@@ -3,7 +3,9 @@
     edgekit convert model.pt2 -t tflite --int8 --calib c.npz --eval e.npz --budget cosine=0.99
 
 The model is converted fully int8 and measured in its runtime on held-out calibration samples (never
-the eval samples the final verdict uses). When a budget is missed, the layers are ranked by the SQNR
+the eval samples the final verdict uses). When a budget is missed and the backend can correct biases
+(edgekit.calibration.bias_correction), that is tried first: it keeps every layer int8, and is kept
+like any step, only if it helps. When a budget is still missed, the layers are ranked by the SQNR
 each one loses (edgekit.attribution: one trace of the model, not one conversion per layer) and moved
 back one at a time, the worst first, to the backend's fallback precisions in order (int16
 activations where it has them, then float): reconvert, re-measure, and keep the step only if it
@@ -24,7 +26,7 @@ function that ranks layers, so the pipeline plugs in the real converters and run
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from edgekit.errors import BadInput
@@ -116,6 +118,7 @@ class Search:
     min_int8_share: float = MIN_INT8_SHARE
     max_steps: int = MAX_STEPS
     say: Callable[[str], None] = lambda _msg: None
+    bias_correction: bool = False  # the backend can correct biases: tried before any layer is kept back
     steps: list = field(default_factory=list)
     kept: list = field(default_factory=list)
 
@@ -167,6 +170,9 @@ class Search:
         best = measure(spec, 0)
         self._record(0, None, None, best, True, "full int8" if not spec.overrides else "the given overrides")
         stopped, self.rankings, self.ranking_seconds = None, 0, 0.0
+        corrected = None
+        if self.gap(best) > 0 and self.bias_correction and not spec.bias_correction and self.max_steps > 0:
+            best, corrected = self._correct_biases(best, measure)
         if self.gap(best) == 0:
             stopped = "met"
         elif not self.fallbacks:
@@ -181,9 +187,22 @@ class Search:
             "ranking_seconds": round(self.ranking_seconds, 3), "min_int8_share": self.min_int8_share,
             "max_steps": self.max_steps,
             "values": self.values(best), "int8_share": round(best.int8_share, 6), "bytes": best.bytes,
-            "overrides": [o.to_json() for o in best.spec.overrides], "kept": list(self.kept), "steps": list(self.steps),
+            "overrides": [o.to_json() for o in best.spec.overrides], "bias_correction": best.spec.bias_correction,
+            "bias_correction_contribution": corrected, "kept": list(self.kept), "steps": list(self.steps),
         }
         return best, record
+
+    def _correct_biases(self, best: Measurement, measure) -> tuple[Measurement, dict | None]:
+        """Step 1: the same model with bias correction. (the better measurement, what the correction
+        contributed, or None when it was undone)."""
+        index = len(self.steps)
+        trial = measure(replace(best.spec, bias_correction=True), index)
+        undone = self._verdict(best, trial)
+        if undone:
+            self._record(index, None, None, trial, False, f"undone: {undone}", change="bias_correction")
+            return best, None
+        self._record(index, None, None, trial, True, "kept", change="bias_correction")
+        return trial, {k: _delta(v, self.values(best).get(k)) for k, v in self.values(trial).items()}
 
     def _ranked(self, m: Measurement, rank, tried: set) -> list[str]:
         """The layers of `m` by the SQNR each loses, the worst first: model inputs, layers already
@@ -244,22 +263,26 @@ class Search:
                 break
         return "exhausted"
 
-    def _record(self, index: int, layer, precision, m: Measurement | None, accepted: bool, note: str) -> None:
-        row = {"step": index, "layer": layer, "precision": precision, "accepted": accepted, "note": note}
+    def _record(self, index: int, layer, precision, m: Measurement | None, accepted: bool, note: str,
+                change: str | None = None) -> None:
+        row = {"step": index, "layer": layer, "precision": precision, "change": change or ("layer" if layer else None),
+               "accepted": accepted, "note": note}
         if m is not None:
             row.update(values=self.values(m), int8_share=round(m.int8_share, 6), bytes=m.bytes,
                        layers=[o.to_json() for o in m.spec.overrides], seconds=round(m.seconds, 3))
         self.steps.append(row)
         shown = ", ".join(f"{k} {_num(v)}" for k, v in row.get("values", {}).items())
-        what = "full int8" if layer is None else f"{layer} → {precision}"
+        what = ("bias correction" if change == "bias_correction" else "full int8" if layer is None
+                else f"{layer} → {precision}")
         share = f", int8 share {m.int8_share:.3f}" if m is not None else ""
         self.say(f"search step {index}: {what}: {shown}{share} — {note}")
 
     def _why(self, stopped: str, best: Measurement) -> str:
         missed = [f"{b.text()} (got {_num(b.value(best.metrics))})" for b in self.budgets if b.gap(b.value(best.metrics)) > 0]
         if stopped == "met":
-            return ("every budget holds on the search samples with full int8" if not self.kept
-                    else f"every budget holds on the search samples with {len(self.kept)} layer(s) kept back")
+            corrected = " and bias correction" if best.spec.bias_correction else ""
+            return (f"every budget holds on the search samples with full int8{corrected}" if not self.kept
+                    else f"every budget holds on the search samples with {len(self.kept)} layer(s) kept back{corrected}")
         tail = f"{', '.join(missed)} on the search samples"
         if stopped == "no-fallback":
             return f"missed {tail}: this backend cannot keep single layers back from int8"

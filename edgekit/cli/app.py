@@ -88,7 +88,7 @@ def convert(
     calib: Annotated[Optional[str], typer.Option("--calib", help="Calibration data: .npz, folder of .npy or images, module:function, or random.")] = None,
     calib_samples: Annotated[Optional[int], typer.Option("--calib-samples", help="Use the first N calibration samples.")] = None,
     calib_method: Annotated[str, typer.Option("--calib-method", help="minmax, percentile, entropy, mse, or auto.")] = "minmax",
-    bias_correction: Annotated[bool, typer.Option("--bias-correction", help="int8 (tflite, executorch): after calibration, subtract each layer's mean output error from its bias.")] = False,
+    bias_correction: Annotated[bool, typer.Option("--bias-correction", help="int8 (tflite from torch, executorch, onnx, ort): after calibration, subtract each layer's mean output error from its bias.")] = False,
     calib_preprocess: Annotated[Optional[str], typer.Option("--calib-preprocess", help="For image folders: size=HxW,scale=1/255,mean=..,std=..,layout=NCHW,color=gray")] = None,
     eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs (and optional 'labels') to verify on.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Write the JSON report to stdout; human output to stderr.")] = False,
@@ -266,7 +266,7 @@ def check(
     from edgekit.loading import SourceOptions
 
     trust = SourceOptions(trust_pickle=trust_pickle, trust_model_code=trust_model_code)
-    seeds = {} if update_baseline else gate.baseline_overrides(baseline)  # searches start where the baseline ended
+    seeds = {} if update_baseline else gate.baseline_seeds(baseline)  # searches start where the baseline ended
     cases = gate.run_checks(models, str(out), progress=reporter.step, attribution=attribution, trust=trust,
                             seeds=seeds)
     if update_baseline:
