@@ -45,9 +45,13 @@ def test_auto_lists_every_candidate_and_keeps_the_least_drift(digits_int8_auto):
     for target, r in by_target(digits_int8_auto).items():
         cal = r.artifact.meta["calibration"]
         assert cal["requested"] == "auto" and cal["source"] == str(DIGITS_CALIB)
-        assert [c["method"] for c in cal["candidates"]] == BACKEND_METHODS[target]
+        # each method without and with bias correction, where the backend has it (not ptl)
+        corrections = [False] if target == "ptl" else [False, True]
+        assert [(c["method"], c["bias_correction"]) for c in cal["candidates"]] == [
+            (m, b) for m in BACKEND_METHODS[target] for b in corrections]
         best = max(cal["candidates"], key=lambda c: c["sqnr_db"])
-        assert cal["method"] == best["method"]
+        assert (cal["method"], cal["bias_correction"]) == (best["method"], best["bias_correction"])
+        assert r.artifact.meta["quantization"]["bias_correction"] == best["bias_correction"]
         assert cal["held_out_samples"] == 40 and cal["samples"] == 160  # 20% of 200 held out
         assert all(0.9 < c["cosine"] <= 1 for c in cal["candidates"])
 

@@ -50,15 +50,17 @@ def _fp32_weight_bytes(pt2: Path) -> int:
 
 
 def test_efficientnet_lite0_int8_on_tflite_executorch_and_onnx(real, tmp_path):
+    """With bias correction: without it the logits' cosine is 0.9915 on every target (see the README)."""
     module, work = real
     model = module.efficientnet_lite0(work, n_calib=32, n_eval=24)
-    result = _int8(model, ("tflite", "executorch", "onnx"), tmp_path)
+    result = _int8(model, ("tflite", "executorch", "onnx"), tmp_path, bias_correction=True)
     fp32_bytes = _fp32_weight_bytes(model.source)
     for r in result.artifacts:
         v, m = r.verdict, r.verdict.metrics["output_0"]
         assert v.status == "pass", (r.target, v.reasons)
-        assert m["cosine"] >= 0.99 and m["cosine_min"] >= 0.95, (r.target, m)
-        assert m["top1_agreement"] >= 0.75, (r.target, m)
+        assert m["cosine"] >= 0.995 and m["cosine_min"] >= 0.98, (r.target, m)
+        assert m["top1_agreement"] >= 0.9, (r.target, m)
+        assert r.artifact.meta["quantization"]["bias_correction"] is True
         assert v.inspection["int8_weight_share"] >= 0.8, (r.target, v.inspection["weight_bytes_by_dtype"])
         assert r.artifact.bytes <= 0.35 * fp32_bytes, (r.target, r.artifact.bytes, fp32_bytes)
 

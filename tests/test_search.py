@@ -114,6 +114,29 @@ def test_a_large_move_of_a_met_cosine_counts_toward_a_missed_top1():
     assert [k["layer"] for k in record["kept"]] == ["a"] and record["stopped"] == "exhausted"
 
 
+def test_bias_correction_is_tried_first_and_kept_only_when_it_helps():
+    def measure(spec, index):
+        cos = (0.995 if spec.bias_correction else 0.98) + (0.01 if spec.overrides else 0)
+        return Measurement(spec, None, {"output_0": {"cosine": cos}}, 1.0, 1000, 0, 0.0)
+
+    ranked = []
+    best, record = Search((Budget("cosine", 0.99),), ("float",), bias_correction=True).run(
+        QuantSpec("int8"), measure, lambda m: ranked.append(1) or [_Layer("a", 8)])
+    assert record["stopped"] == "met" and record["conversions"] == 2 and not ranked  # no layer kept back
+    assert record["steps"][1]["change"] == "bias_correction" and record["steps"][1]["accepted"]
+    assert best.spec.bias_correction and record["bias_correction"] and record["kept"] == []
+    assert record["bias_correction_contribution"]["cosine"] == pytest.approx(0.015)
+
+    def hurts(spec, index):
+        cos = (0.97 if spec.bias_correction else 0.98) + (0.02 if spec.overrides else 0)
+        return Measurement(spec, None, {"output_0": {"cosine": cos}}, 1.0, 1000, 0, 0.0)
+
+    best, record = Search((Budget("cosine", 0.99),), ("float",), bias_correction=True).run(
+        QuantSpec("int8"), hurts, lambda m: [_Layer("a", 8)])
+    assert record["steps"][1]["note"].startswith("undone") and not best.spec.bias_correction
+    assert [k["layer"] for k in record["kept"]] == ["a"] and record["bias_correction_contribution"] is None
+
+
 def test_no_step_when_full_int8_meets_the_budgets():
     measure, calls = _measure({})
     ranked = []
@@ -149,8 +172,10 @@ def test_the_search_keeps_exactly_the_damaged_layer_back(tmp_path, target):
     assert artifact["verification"]["status"] == "pass" and artifact["verification"]["metrics"]["output_0"]["sqnr_db"] > 20
     assert search["int8_share"] >= 0.8
     if target == "onnx":  # int16 activations come first, and do not help a layer whose weights are the problem
-        assert [(s["layer"], s["precision"], s["accepted"]) for s in search["steps"][1:3]] == [
+        assert [(s["layer"], s["precision"], s["accepted"]) for s in search["steps"][2:4]] == [
             ("conv2", "int16", False), ("conv2", "float", True)]
+    # step 1: bias correction, undone: it cannot mend weights that round to zero
+    assert search["steps"][1]["change"] == "bias_correction" and not search["steps"][1]["accepted"]
     assert "kept back: conv2 at float" in p.stderr
 
 
@@ -214,7 +239,9 @@ sqnr_db = 20
                     "--markdown", md, "--json")
     assert first.returncode == 0, first.stderr
     case = json.loads(first.stdout)["cases"][0]
-    assert case["overrides"] == [{"layer": "conv2", "precision": "float"}] and case["search"]["conversions"] == 2
+    # full int8, bias correction (undone: it cannot mend weights that round to zero), conv2 kept float
+    assert case["overrides"] == [{"layer": "conv2", "precision": "float"}] and case["search"]["conversions"] == 3
+    assert case["search"]["steps"][1]["change"] == "bias_correction" and not case["bias_correction"]
     assert "kept back: conv2 at float" in junit.read_text()
     assert "| `conv2` | float |" in md.read_text()
     baseline = json.loads((tmp_path / "edgekit.baseline.json").read_text())
@@ -240,3 +267,20 @@ def test_a_keras_layer_kept_float_is_float_in_the_tflite(tmp_path):
     assert artifact["verification"]["inspection"]["float_ops"] == ["CONV_2D ×1"]  # conv1; conv2 stays int8
     p, _ = convert("conv9")
     assert p.returncode == 2 and "no layer named 'conv9'" in p.stderr and "conv2" in p.stderr
+
+
+def test_bias_correction_where_the_backend_has_none_exits_2(tmp_path):
+    from tests.conftest import KERAS, KERAS_CALIB
+
+    p = run_cli("convert", KERAS, "-t", "tflite", "--int8", "--bias-correction", "--calib", KERAS_CALIB,
+                "--out", tmp_path / "out")
+    assert p.returncode == 2 and "the tflite backend has no bias correction" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_config_bias_correction_that_is_not_a_boolean_exits_2(tmp_path):
+    config = tmp_path / "edgekit.toml"
+    config.write_text(f'[[models]]\nname = "d"\npath = "{DIGITS}"\ncalibration = "{DIGITS_CALIB}"\n'
+                      'targets = ["onnx"]\nprecisions = ["int8"]\nbias_correction = "yes"\n')
+    p = run_cli("check", config, "--out", tmp_path / "out")
+    assert p.returncode == 2 and "bias_correction" in p.stderr and "true or false" in p.stderr, p.stderr
