@@ -19,6 +19,7 @@ batch 1) and verified alike by edgekit's own verifier on _eval.npz (bench_int8_r
                   (mixed preset, fast bias correction; subset_size = all the calibration samples);
   nncf onnx tr    the same with model_type=nncf.ModelType.TRANSFORMER (SmoothQuant; MiniLM only);
   edgekit pte     `edgekit convert SRC -t executorch --int8 ...` (XNNPACKQuantizer, PT2E, MinMax);
+  edgekit … bc    the same with --bias-correction (edgekit's own pass, against NNCF's fast bias correction);
   nncf pte        nncf.experimental.torch.fx.quantize_pt2e(torch.export.load(SRC).module(),
                   XNNPACKQuantizer(per-channel symmetric), nncf.Dataset(tuples of tensors)), then lowered as
                   edgekit lowers: torch.export.export → to_edge_transform_and_lower(XnnpackPartitioner)
@@ -172,7 +173,9 @@ def main(argv=None) -> int:
         fp32_art = fp32["artifact"] or {}
         if fp32["error"] or fp32["exit"]:
             print(f"  (fp32 onnx run: exit {fp32['exit']} {fp32['error'] or ''})", flush=True)
+        bc = ("--bias-correction",)
         runs = [("edgekit onnx", "edgekit", lambda: bir.edgekit_convert(m, "onnx", True, base / "int8-onnx")),
+                ("edgekit onnx bc", "edgekit", lambda: bir.edgekit_convert(m, "onnx", True, base / "bc-onnx", extra=bc)),
                 ("nncf onnx", "nncf", lambda: nncf_side(m, "nncf onnx", nncf_onnx, fp32_art.get("path"),
                                                         base / "nncf-onnx" / f"{name}.int8.onnx"))]
         if m.kind == "embedding":  # a transformer: SmoothQuant
@@ -180,6 +183,8 @@ def main(argv=None) -> int:
                          lambda: nncf_side(m, "nncf onnx transformer", nncf_onnx, fp32_art.get("path"),
                                            base / "nncf-onnx-tr" / f"{name}.int8.onnx", transformer=True)))
         runs += [("edgekit pte", "edgekit", lambda: bir.edgekit_convert(m, "executorch", True, base / "int8-pte")),
+                 ("edgekit pte bc", "edgekit", lambda: bir.edgekit_convert(m, "executorch", True, base / "bc-pte",
+                                                                           extra=bc)),
                  ("nncf pte", "nncf", lambda: nncf_side(m, "nncf pt2e", nncf_pte, None,
                                                        base / "nncf-pte" / f"{name}.int8.pte"))]
         for side, who, run in runs:

@@ -355,7 +355,7 @@ def _attribute(m: ModelCheck, c: Case, progress, trust=None) -> Case:
         layers = attribute(c.path, m.path, source_options=m.source_options(trust),
                            eval_data=m.eval,
                            calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration else None,
-                           method=m.calib_method, progress=progress)
+                           method=m.calib_method, bias_correction=c.bias_correction, progress=progress)
     except EdgekitError as e:
         return replace(c, layers_note=f"no per-layer attribution: {e}")
     return replace(c, layers=tuple(layers))

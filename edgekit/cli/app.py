@@ -207,6 +207,7 @@ def layers(
     eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs to trace (the first 32 are used).")] = None,
     calib: Annotated[Optional[str], typer.Option("--calib", help="The calibration data (needed for .pte; else used as inputs when there is no --eval).")] = None,
     calib_method: Annotated[str, typer.Option("--calib-method", help="The method the .pte was calibrated with: minmax or mse.")] = "minmax",
+    bias_correction: Annotated[bool, typer.Option("--bias-correction", help="The .pte was made with --bias-correction.")] = False,
     input_shape: Annotated[list[str], typer.Option("--input-shape", help="NAME=1,3,224,224 (repeat per input).")] = [],
     top: Annotated[int, typer.Option("--top", help="How many layers to show (all with --json).")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Write every layer as JSON (edgekit.layers/1) to stdout.")] = False,
@@ -223,7 +224,7 @@ def layers(
                                                   trust_model_code=trust_model_code),
                        eval_data=str(eval_data) if eval_data else None,
                        calibration=CalibrationSpec(calib) if calib else None, method=calib_method,
-                       progress=Reporter(_stderr()).step)
+                       bias_correction=bias_correction, progress=Reporter(_stderr()).step)
     if as_json:
         doc = {"schema": "edgekit.layers/1", "artifact": str(artifact), "source": str(source),
                "layers": [d.to_json() for d in ranked]}
