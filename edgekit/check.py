@@ -477,6 +477,9 @@ def _search_lines(c: Case) -> list[str]:
     for k in s["kept"]:
         gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
         lines.append(f"kept back: {k['layer']} at {k['precision']} ({k['bytes']:+d} bytes; {gains})")
+    if s.get("bias_correction_contribution"):
+        gains = ", ".join(f"{m} {d:+.4g}" for m, d in s["bias_correction_contribution"].items() if d is not None)
+        lines.append(f"bias correction kept ({gains})")
     return lines
 
 

@@ -193,8 +193,8 @@ class Search:
         return best, record
 
     def _correct_biases(self, best: Measurement, measure) -> tuple[Measurement, dict | None]:
-        """Step 1: the same model with bias correction. (the better measurement, what the correction
-        contributed, or None when it was undone)."""
+        """Step 1: the same model with bias correction. Returns the better of the two measurements and
+        what the correction contributed (None when it was undone)."""
         index = len(self.steps)
         trial = measure(replace(best.spec, bias_correction=True), index)
         undone = self._verdict(best, trial)

@@ -96,7 +96,8 @@ def _render_search(search: dict, console: Console) -> None:
         table.add_column(col, justify="left" if col in ("layer", "→", "result") else "right")
     for row in search["steps"]:
         values = row.get("values", {})
-        table.add_row(str(row["step"]), row["layer"] or "(full int8)", row["precision"] or "",
+        what = "(bias correction)" if row.get("change") == "bias_correction" else row["layer"] or "(full int8)"
+        table.add_row(str(row["step"]), what, row["precision"] or "",
                       *(_fmt(values.get(k)) if k in values else "—" for k in search["budgets"]),
                       f"{row['int8_share']:.3f}" if "int8_share" in row else "—",
                       _size(row["bytes"]) if "bytes" in row else "—",
@@ -106,6 +107,9 @@ def _render_search(search: dict, console: Console) -> None:
         gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
         size = f"+{_size(k['bytes'])}" if k["bytes"] >= 0 else f"-{_size(-k['bytes'])}"
         console.print(f"    kept back: {k['layer']} at {k['precision']} ({size}; {gains})")
+    if search.get("bias_correction_contribution"):
+        gains = ", ".join(f"{m} {d:+.4g}" for m, d in search["bias_correction_contribution"].items() if d is not None)
+        console.print(f"    bias correction kept ({gains})")
 
 
 
