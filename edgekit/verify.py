@@ -113,6 +113,19 @@ def top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
     return float(np.mean(np.argmax(r, axis=1) == np.argmax(o, axis=1)))
 
 
+NEAR_TIE = 0.01  # a top-2 margin under this share of the logits' spread: any perturbation may flip it
+
+
+def top1_near_ties(ref: np.ndarray, out: np.ndarray) -> tuple[int, int]:
+    """(samples whose arg-max class disagrees, how many of them are near-ties in the reference: its top
+    two scores closer than NEAR_TIE of the standard deviation of its scores)."""
+    r, o = _f64(ref), _f64(out)
+    wrong = np.argmax(r, axis=1) != np.argmax(o, axis=1)
+    top2 = np.sort(r, axis=1)[:, -2:]
+    ties = (top2[:, 1] - top2[:, 0]) < NEAR_TIE * float(np.std(r))
+    return int(wrong.sum()), int((wrong & ties).sum())
+
+
 # Measured by inspecting the artifact itself (edgekit.targets.inspection), not its outputs.
 INSPECTION_METRICS = {
     "int8_weight_share": "of the weight bytes are stored as int8",
@@ -183,7 +196,12 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, 
             ok = value >= limit if HIGHER_IS_BETTER[key] else value <= limit
             if not ok:
                 sign = "<" if HIGHER_IS_BETTER[key] else ">"
-                reasons.append(f"{name} {key} {value:.6g} {sign} {limit:g}")
+                reason = f"{name} {key} {value:.6g} {sign} {limit:g}"
+                if key == "top1_agreement":
+                    wrong, ties = top1_near_ties(r, o)
+                    reason += (f" ({wrong} of {len(r)} samples disagree; {ties} of them are near-ties in the source "
+                               f"model, its top two scores closer than {NEAR_TIE:.0%} of their spread)")
+                reasons.append(reason)
     task = None
     if labels is not None and ref and ref[0].ndim >= 2:
         labels = np.asarray(labels).reshape(-1)

@@ -99,3 +99,13 @@ def test_channel_cosine_judges_small_scale_channels_on_their_own():
     assert bad.status == "fail"
     assert any(r.startswith("output_0 channel_cosine") for r in bad.reasons)
     assert METRICS["channel_cosine"](ref[:, :, :, 0], ref[:, :, :, 0]) is None  # [1, C]: no positions
+
+
+def test_a_missed_top1_budget_says_how_many_disagreements_are_near_ties():
+    ref = np.array([[3.0, 1.0, 0.0], [0.0, 2.0, 1.0], [1.0, 1.001, 0.0], [0.5, 0.0, 2.0]])
+    out = ref.copy()
+    out[2] = [1.001, 1.0, 0.0]  # a near-tie in the source flips
+    out[1] = [2.5, 2.0, 1.0]  # a clear decision flips
+    verdict = compare([ref], [out], {"top1_agreement": 0.9})
+    assert verdict.status == "fail"
+    assert "top1_agreement 0.5 < 0.9 (2 of 4 samples disagree; 1 of them are near-ties" in verdict.reasons[0]
