@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 FLOAT = "_edgekit_float"
-MAX_SAMPLES = 128
+MAX_SAMPLES = 32  # as edgekit.calibration.bias_correction
 
 
 def correct(quantized: Path, float_model: Path, feeds, work_dir: Path) -> dict:
