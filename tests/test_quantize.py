@@ -115,7 +115,8 @@ def test_each_method_by_name(tmp_path, target, method):
                                     calib_method=method))
     (r,) = result.artifacts
     assert r.verdict.status == "pass", r.verdict.reasons
-    assert r.artifact.meta["calibration"] == {"source": str(DIGITS_CALIB), "samples": 200, "method": method}
+    assert r.artifact.meta["calibration"] == {"source": str(DIGITS_CALIB), "samples": 200, "method": method,
+                                              "bias_correction": False}
 
 
 def test_a_method_the_backend_lacks_is_an_error_not_a_substitute(tmp_path):
