@@ -19,6 +19,8 @@ The config (TOML) lists models, each with its targets, precisions, data and budg
 With `search = true` (or a `[models.search]` table with `min_int8_share` and `max_steps`), an int8
 case that misses its metric budgets keeps the fewest layers back from int8 until they hold
 (edgekit.search); the baseline records the layers it kept, and the next run starts from them.
+`bias_correction = true` corrects the int8 models' biases after calibration (the search tries it on
+its own; the baseline records whether it did).
 
 Instead of targets and precisions, a model may list `artifacts = ["build/m.int8.tflite", ...]`:
 artifacts built elsewhere, verified as they are (target and precision read from the files).
@@ -60,7 +62,7 @@ class ModelCheck:
     eval: str | None = None
     input_shape: tuple[str, ...] = ()
     calib_method: str = "minmax"
-    bias_correction: bool = False  # int8 on tflite/executorch (edgekit.calibration.bias_correction)
+    bias_correction: bool = False  # int8: correct biases after calibration (tflite from torch, executorch, onnx, ort)
     budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
     artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
     project: str | None = None  # the config's folder: import specs must name its modules
