@@ -13,8 +13,9 @@ quantize op received). Upstream error is the same in both terms, so it is not co
 per-channel mean of that difference is subtracted from the bias. Layers without a float bias (an
 int32 bias constant, or none) are left as they are and counted.
 
-On EfficientNet-Lite0 (PT2E graph with XNNPACKQuantizer, 64 calibration crops, 64 other crops): the
-logits' SQNR goes from 17.0 to 22.1 dB and top-1 agreement from 0.891 to 0.969.
+On EfficientNet-Lite0 (PT2E graph with XNNPACKQuantizer, fake-quantized in float, corrected on all
+64 calibration crops, measured on 64 other crops): the logits' SQNR went from 17.0 to 22.1 dB and
+top-1 agreement from 0.891 to 0.969.
 """
 
 from __future__ import annotations
