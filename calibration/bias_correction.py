@@ -11,7 +11,7 @@ each layer's *own* error is measured: its quantized output minus what its float 
 prepared graph's, BatchNorm folded) give on the float value of its own input (the tensor its input
 quantize op received). Upstream error is the same in both terms, so it is not corrected twice; the
 per-channel mean of that difference is subtracted from the bias. Layers without a float bias (an
-int32 bias constant, or none) are left as they are and counted.
+int32 bias constant, or none) are left as they are.
 
 On EfficientNet-Lite0 (PT2E graph with XNNPACKQuantizer, fake-quantized in float, corrected on all
 64 calibration crops, measured on 64 other crops): the logits' SQNR went from 17.0 to 22.1 dB and
@@ -19,6 +19,9 @@ top-1 agreement from 0.891 to 0.969.
 """
 
 from __future__ import annotations
+
+from itertools import islice
+from operator import attrgetter
 
 LAYERS = ("aten.conv1d.default", "aten.conv2d.default", "aten.convolution.default", "aten.linear.default")
 MAX_SAMPLES = 32  # the per-channel means settle by then (EfficientNet-Lite0: see the README); more only costs time
@@ -37,12 +40,6 @@ def _dequantize(node) -> bool:
     return getattr(node, "op", None) == "call_function" and "dequantize_per_" in str(node.target)
 
 
-def _attr(module, target: str):
-    for part in target.split("."):
-        module = getattr(module, part)
-    return module
-
-
 def _source_attr(node):
     """The get_attr node a weight or bias argument is read from, through observers and quantize /
     dequantize ops; None if it is computed."""
@@ -59,14 +56,14 @@ def float_weights(prepared) -> dict:
         if _is(node, *LAYERS) and len(node.args) > 1:
             attr = _source_attr(node.args[1])
             if attr is not None:
-                out[node.name] = _attr(prepared, attr.target).detach().clone()
+                out[node.name] = attrgetter(attr.target)(prepared).detach().clone()
     return out
 
 
-def correct(converted, weights: dict, samples: list) -> dict:
+def correct(converted, weights: dict, samples) -> None:
     """Subtract each layer's own mean output error (see the module docstring) from its float bias, in
-    place. `weights` is `float_weights(prepared)`, `samples` a list of input tuples. Returns
-    {"corrected": n, "skipped": m} (layers without a float bias to correct)."""
+    place. `weights` is `float_weights(prepared)`, `samples` an iterable of input tuples (the first
+    MAX_SAMPLES are used)."""
     import torch
 
     sums: dict[str, torch.Tensor] = {}
@@ -93,19 +90,13 @@ def correct(converted, weights: dict, samples: list) -> dict:
                 sums[node.name] = sums.get(node.name, 0) + error.mean(dim=dims).double()
             return result
 
-    samples = samples[:MAX_SAMPLES]
+    count = 0
     with torch.no_grad():
-        for args in samples:
+        for args in islice(samples, MAX_SAMPLES):
             Measure(converted).run(*args)
-    corrected = skipped = 0
+            count += 1
     for node in converted.graph.nodes:
-        if node.name not in sums:
-            continue
-        attr = _source_attr(node.args[2]) if len(node.args) > 2 else None
-        bias = _attr(converted, attr.target) if attr is not None else None
-        if bias is None or not bias.dtype.is_floating_point or bias.shape != sums[node.name].shape:
-            skipped += 1
-            continue
-        bias.data -= (sums[node.name] / len(samples)).to(bias.dtype)
-        corrected += 1
-    return {"corrected": corrected, "skipped": skipped}
+        attr = _source_attr(node.args[2]) if node.name in sums and len(node.args) > 2 else None
+        bias = attrgetter(attr.target)(converted) if attr is not None else None
+        if bias is not None and bias.dtype.is_floating_point and bias.shape == sums[node.name].shape:
+            bias.data -= (sums[node.name] / count).to(bias.dtype)

@@ -17,17 +17,19 @@ FLOAT = "_edgekit_float"
 MAX_SAMPLES = 32  # as edgekit.calibration.bias_correction
 
 
-def correct(quantized: Path, float_model: Path, feeds, work_dir: Path) -> dict:
+def correct(quantized: Path, float_model: Path, feeds, work_dir: Path) -> None:
     """Correct the biases of `quantized` (a QDQ model quantized from `float_model`) in place, from the
-    calibration `feeds` (an iterable of {input name: array}). Returns {"corrected": n, "skipped": m}."""
+    calibration `feeds` (an iterable of {input name: array}; the first MAX_SAMPLES are used)."""
     import numpy as np
     import onnx
     import onnxruntime as ort
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(quantized))
-    graph = model.graph
-    inits = {i.name: i for i in graph.initializer}
+    inits = {i.name: i for i in model.graph.initializer}  # the model's own: corrected at the end
+    measuring = onnx.ModelProto()
+    measuring.CopyFrom(model)  # the copy that computes both outputs of every layer
+    graph = measuring.graph
     float_graph = onnx.load(str(float_model)).graph
     floats = {i.name: i for i in float_graph.initializer}
     float_producer = {o: n for n in float_graph.node for o in n.output}
@@ -37,7 +39,7 @@ def correct(quantized: Path, float_model: Path, feeds, work_dir: Path) -> dict:
         node = producer.get(name)
         return node if node is not None and node.op_type == op else None
 
-    layers, skipped = [], 0  # (node, float output name, bias initializer, bias scale)
+    layers = []  # (node, float output name, bias initializer, bias scale)
     for node in list(graph.node):
         if node.op_type not in ("Conv", "Gemm") or len(node.input) < 3:
             continue
@@ -46,7 +48,6 @@ def correct(quantized: Path, float_model: Path, feeds, work_dir: Path) -> dict:
         weight = dq_w.input[0].removesuffix("_quantized") if dq_w is not None else None
         if (q_x is None or weight not in floats or dq_b is None or dq_b.input[0] not in inits
                 or len(dq_b.input) < 2 or dq_b.input[1] not in inits):
-            skipped += 1
             continue
         float_out = node.output[0] + FLOAT
         graph.initializer.append(numpy_helper.from_array(numpy_helper.to_array(floats[weight]), weight + FLOAT))
@@ -56,12 +57,12 @@ def correct(quantized: Path, float_model: Path, feeds, work_dir: Path) -> dict:
                              helper.make_tensor_value_info(float_out, onnx.TensorProto.FLOAT, None)])
         layers.append((node, float_out, inits[dq_b.input[0]], numpy_helper.to_array(inits[dq_b.input[1]])))
     if not layers:
-        return {"corrected": 0, "skipped": skipped}
-    measuring = work_dir / "bias-correction.onnx"
-    onnx.save(model, str(measuring))
+        return
+    path = work_dir / "bias-correction.onnx"
+    onnx.save(measuring, str(path))
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the QDQ graph as written
-    session = ort.InferenceSession(str(measuring), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     wanted = [name for node, float_out, _, _ in layers for name in (node.output[0], float_out)]
     sums, count = [0.0] * len(layers), 0
     for feed in feeds:
@@ -73,16 +74,12 @@ def correct(quantized: Path, float_model: Path, feeds, work_dir: Path) -> dict:
             sums[i] = sums[i] + error.mean(axis=tuple(a for a in range(error.ndim) if a != 1))
         count += 1
     del session
-    measuring.unlink()
-
-    final = onnx.load(str(quantized))
-    by_name = {i.name: i for i in final.graph.initializer}
+    path.unlink()
     for i, (_node, _out, bias, scale) in enumerate(layers):
         q = numpy_helper.to_array(bias).astype(np.int64)
         q = np.clip(q - np.round(sums[i] / count / scale), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
-        by_name[bias.name].CopyFrom(numpy_helper.from_array(q, bias.name))
-    onnx.save(final, str(quantized))
-    return {"corrected": len(layers), "skipped": skipped}
+        bias.CopyFrom(numpy_helper.from_array(q, bias.name))
+    onnx.save(model, str(quantized))
 
 
 def _float_input(name: str, graph, producer: dict, float_producer: dict, floats: dict) -> str:

@@ -87,7 +87,7 @@ def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, e
     converted = convert_pt2e(prepared, fold_quantize=fold_quantize)
     move_exported_model_to_eval(converted)
     if correct_biases:
-        bias_correction.correct(converted, weights, [sample(i) for i in range(len(calibration))])
+        bias_correction.correct(converted, weights, (sample(i) for i in range(len(calibration))))
     converted.training = False  # exported modules refuse .eval(); converters read .training
     return converted
 

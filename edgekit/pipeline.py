@@ -341,11 +341,9 @@ class _Job:
                 artifact = self._route(target, plan, tmp, self.req.spec("minmax"))
             else:
                 if self.req.calib_method == AUTO:
-                    artifact, calibration = self._auto(target, plan, step, tmp)
+                    artifact, spec, calibration = self._auto(target, plan, step, tmp)
                 else:
-                    artifact, calibration = None, {"method": self.req.calib_method,
-                                                   "bias_correction": self.req.bias_correction}
-                spec = self.req.spec(calibration["method"], calibration.get("bias_correction"))
+                    artifact, spec, calibration = None, self.req.spec(self.req.calib_method), {"method": self.req.calib_method}
                 search = None
                 if self.req.budgets:
                     artifact, spec, search = self._search(target, plan, step, tmp, spec, artifact)
@@ -411,9 +409,10 @@ class _Job:
         say(f"search: {record['why']} ({record['conversions']} conversions, {record['seconds']:.1f} s)")
         return best.artifact, best.spec, record
 
-    def _auto(self, target, plan: Plan, step, tmp: Path) -> tuple[ModelArtifact, dict]:
+    def _auto(self, target, plan: Plan, step, tmp: Path) -> tuple[ModelArtifact, QuantSpec, dict]:
         """Try every method the backend has, with and without bias correction where it has that (with
-        only, when --bias-correction asks for it); keep the one with the least drift on held-out samples."""
+        only, when --bias-correction asks for it); keep the one with the least drift on held-out samples.
+        Returns its artifact, its spec and the record of the candidates."""
         from edgekit.runners import run_isolated
 
         held_out, held_ref = self.selection
@@ -422,16 +421,17 @@ class _Job:
         for method in step.converter.methods:
             for corrected in corrections:
                 name = method + ("+bias-correction" if corrected else "")
-                artifact = self._route(target, plan, tmp / name, self.req.spec(method, corrected))
+                spec = self.req.spec(method, corrected)
+                artifact = self._route(target, plan, tmp / name, spec)
                 verdict = compare(held_ref, run_isolated(artifact, held_out.inputs)[0], {})
                 m = verdict.metrics["output_0"]
-                tried.append((artifact, {"method": method, "bias_correction": corrected, "sqnr_db": m["sqnr_db"],
-                                         "cosine": m["cosine"], "max_abs": m["max_abs"]}))
+                tried.append((artifact, spec, {"method": method, "bias_correction": corrected, "sqnr_db": m["sqnr_db"],
+                                               "cosine": m["cosine"], "max_abs": m["max_abs"]}))
                 self.say(f"{target.name}: {method} calibration{' with bias correction' if corrected else ''}: "
                          f"cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
-        best_artifact, best = max(tried, key=lambda t: _drift_rank(t[1]))
-        return best_artifact, {"method": best["method"], "bias_correction": best["bias_correction"], "requested": AUTO,
-                               "held_out_samples": len(held_out), "candidates": [c for _, c in tried]}
+        best_artifact, best_spec, best = max(tried, key=lambda t: _drift_rank(t[2]))
+        return best_artifact, best_spec, {"method": best["method"], "requested": AUTO, "held_out_samples": len(held_out),
+                                          "candidates": [c for _, _, c in tried]}
 
 
 def build(plan: Plan, ctx: ConvertContext, stem: str, say: Progress) -> ModelArtifact:
