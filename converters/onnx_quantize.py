@@ -97,7 +97,8 @@ class OnnxQuantize(Converter):
 
             reader.rewind()
             onnx_bias_correction.correct(out_path, prepared, iter(reader.get_next, None), ctx.work_dir)
-        int8_weights_only(out_path)
+        int8_weights_only(out_path, keep=set(kept))
+        float_weights_stay_float(out_path)
 
 
 def layer_nodes(model: Path, layers: tuple[str, ...]) -> dict[str, list]:
@@ -277,10 +278,11 @@ def keep_float(model: Path) -> list[str]:
     return out
 
 
-def int8_weights_only(path: Path) -> None:
+def int8_weights_only(path: Path, keep: set[str] = frozenset()) -> None:
     """Store the float weights that quantization left (MatMul/Gemm kept float, embedding tables) as
     int8, per output channel or row, behind a DequantizeLinear: int8 in the file, float
-    arithmetic at run time."""
+    arithmetic at run time. The nodes named in `keep` (layers the spec keeps float) keep float
+    weights."""
     import numpy as np
     import onnx
     from onnx import helper, numpy_helper
@@ -291,7 +293,8 @@ def int8_weights_only(path: Path) -> None:
     nodes = list(graph.node)
     for node in nodes:
         index = 0 if node.op_type == "Gather" else 1
-        if node.op_type not in ("MatMul", "Gemm", "Gather") or len(node.input) < 2 or node.input[index] not in inits:
+        if (node.op_type not in ("MatMul", "Gemm", "Gather") or node.name in keep or len(node.input) < 2
+                or node.input[index] not in inits):
             continue
         weight = inits[node.input[index]]
         w = numpy_helper.to_array(weight)
@@ -318,6 +321,57 @@ def int8_weights_only(path: Path) -> None:
             consumer.input[:] = [dq.output[0] if i == name else i for i in consumer.input]
         graph.node.insert(list(graph.node).index(node), dq)
     onnx.save(model, str(path))
+
+
+def float_weights_stay_float(path: Path) -> None:
+    """Keep the float weights of a Conv, ConvTranspose or Gemm that reads a quantized activation float
+    at run time. onnxruntime's WeightBiasQuantization graph transformer (basic level, so on by default
+    and baked into `.ort` files) quantizes such a weight to int8 *per tensor* when the node's input
+    comes from a DequantizeLinear with a single scale: a layer kept float becomes a layer with worse
+    weights than full int8 (one outlier weight rounds the rest of the tensor to zero). The transformer
+    only matches a per-tensor DequantizeLinear, so the node's input is dequantized per channel (axis 1)
+    with the same scale and zero point repeated: the same values, a form it leaves alone."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    added = []
+    for node in graph.node:
+        if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or len(node.input) < 2:
+            continue
+        weight, dq = inits.get(node.input[1]), producer.get(node.input[0])
+        if weight is None or weight.data_type != onnx.TensorProto.FLOAT or dq is None or dq.op_type != "DequantizeLinear":
+            continue
+        scale, zero = inits.get(dq.input[1]), inits.get(dq.input[2]) if len(dq.input) > 2 else None
+        if scale is None or _numel(scale) != 1 or (len(dq.input) > 2 and dq.input[2] and zero is None):
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        dims = list(weight.dims)
+        if node.op_type == "Conv":
+            channels, axis = dims[1] * attrs.get("group", 1), 1
+        elif node.op_type == "ConvTranspose":
+            channels, axis = dims[0], 1
+        else:  # Gemm: A is [M, K], or [K, M] with transA
+            channels, axis = (dims[1] if attrs.get("transB") else dims[0]), (0 if attrs.get("transA") else 1)
+        name = f"{node.name}_input_DequantizeLinear"
+        tensors = [numpy_helper.from_array(np.full(channels, numpy_helper.to_array(scale).item(), np.float32),
+                                           f"{name}_scale")]
+        inputs = [dq.input[0], tensors[0].name]
+        if zero is not None:
+            z = numpy_helper.to_array(zero)
+            tensors.append(numpy_helper.from_array(np.full(channels, z.item(), z.dtype), f"{name}_zero_point"))
+            inputs.append(tensors[1].name)
+        graph.initializer.extend(tensors)
+        added.append((node, helper.make_node("DequantizeLinear", inputs, [f"{name}_Output"], name=name, axis=axis)))
+        node.input[0] = f"{name}_Output"
+    for node, per_channel in added:
+        graph.node.insert(list(graph.node).index(node), per_channel)
+    if added:
+        onnx.save(model, str(path))
 
 
 def _numel(tensor) -> int:
