@@ -2,34 +2,62 @@
 
 Both backends take a PT2E quantizer (litert-torch's `PT2EQuantizer`, ExecuTorch's
 `XNNPACKQuantizer`) configured with a symmetric, per-channel int8 config. The calibration method
-chooses the activation observer; only the observers torchao ships are offered:
+chooses the activation observer:
 
-    minmax → MinMaxObserver      (the range seen)
-    mse    → HistogramObserver   (the range that minimises the L2 quantization error; the default
-                                  of both backends' configs)
+    minmax     → MinMaxObserver      (the range seen)
+    percentile → PercentileObserver  (torchao's HistogramObserver, its range clipped at the
+                                      PERCENTILE-th percentile of the values seen on each side, as
+                                      onnxruntime's Percentile calibrator does)
+    mse        → HistogramObserver   (the range that minimises the L2 quantization error; the default
+                                      of both backends' configs)
 
-Percentile and entropy have no PT2E observer, so these backends refuse them (see METHODS).
+Entropy has no PT2E observer, so these backends refuse it (see METHODS).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import numpy as np
 
-from edgekit.calibration import bias_correction
+from edgekit.calibration import bias_correction, smooth_quant
 from edgekit.calibration.data import SampleSet
 from edgekit.calibration.pt2e_quantizer import EdgeQuantizer, make, mixed_scale_cats
 from edgekit.errors import ConversionFailed, first_line
 
-METHODS = ("minmax", "mse")
+METHODS = ("minmax", "percentile", "mse")
+PERCENTILE = 99.999  # onnxruntime's Percentile calibrator's default, so that both mean the same
 
 
 def _observer(method: str):
     from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
 
-    return {"minmax": MinMaxObserver, "mse": HistogramObserver}[method]
+    return {"minmax": MinMaxObserver, "percentile": percentile_observer(), "mse": HistogramObserver}[method]
+
+
+@functools.cache
+def percentile_observer():
+    """The percentile observer class, defined on demand (no torch import with this module)."""
+    import torch
+    from torchao.quantization.pt2e.observer import HistogramObserver
+
+    class PercentileObserver(HistogramObserver):
+        """HistogramObserver's histogram of every value seen; the range is cut where PERCENTILE percent
+        of the values lie on its inner side, at each end, instead of by its L2 search."""
+
+        def _non_linear_param_search(self):
+            total = self.histogram.sum()
+            if total <= 0:
+                return self.min_val, self.max_val
+            cdf = torch.cumsum(self.histogram.double(), 0) / total
+            tail = torch.tensor([1 - PERCENTILE / 100, PERCENTILE / 100], dtype=cdf.dtype)
+            low, high = (int(i) for i in torch.searchsorted(cdf, tail).clamp(max=self.bins - 1))
+            width = (self.max_val - self.min_val) / self.bins
+            return self.min_val + width * low, torch.minimum(self.min_val + width * (high + 1), self.max_val)
+
+    return PercentileObserver
 
 
 def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic: bool, per_channel: bool = True):
@@ -59,9 +87,10 @@ def edgekit_quantizer(backend, get_config: Callable[..., Any], kind: str, float_
 
 
 def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, example_args: tuple,
-             fold_quantize: bool, correct_biases: bool = False):
-    """prepare_pt2e → run the calibration samples → convert_pt2e (→ bias correction on the same
-    samples, see edgekit.calibration.bias_correction). Returns the quantized GraphModule.
+             fold_quantize: bool, correct_biases: bool = False, smooth: bool = False):
+    """(SmoothQuant, see edgekit.calibration.smooth_quant →) prepare_pt2e → run the calibration samples →
+    convert_pt2e (→ bias correction on the same samples, see edgekit.calibration.bias_correction).
+    Returns the quantized GraphModule.
 
     `calibration` is None for dynamic quantization: activations are quantized at run time, and one
     run on `example_args` only traces the observers.
@@ -75,7 +104,8 @@ def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, e
 
     correct_biases = correct_biases and calibration is not None
     if calibration is not None and isinstance(quantizer, EdgeQuantizer):
-        quantizer.keep_float = mixed_scale_cats(module, [sample(i) for i in range(min(len(calibration), 8))])
+        smoothed = smooth_quant.smooth_pt2e(module, (sample(i) for i in range(len(calibration)))) if smooth else []
+        quantizer.keep_float = mixed_scale_cats(module, [sample(i) for i in range(min(len(calibration), 8))]) | set(smoothed)
     prepared = prepare_pt2e(module, quantizer)
     move_exported_model_to_eval(prepared)
     with torch.no_grad():

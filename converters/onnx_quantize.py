@@ -35,6 +35,7 @@ class OnnxQuantize(Converter):
     fallbacks = ("int16", "float")  # TensorQuantOverrides with QInt16 activations (a16w8); nodes_to_exclude
     granularities = ("per_channel", "per_tensor")
     bias_correction = True  # edgekit.calibration.onnx_bias_correction on the QDQ model
+    smooth_quant = True  # edgekit.calibration.smooth_quant on the float model
     extra = "onnx"
     requires = ("onnx", "onnxruntime")  # no torch: ONNX models from TensorFlow take this edge too
     cost = 1.0
@@ -72,6 +73,12 @@ class OnnxQuantize(Converter):
         method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
                   "entropy": CalibrationMethod.Entropy}[ctx.spec.method]
         reader = _Reader(ctx.calibration, _graph_inputs(prepared, src))
+        smoothed = []
+        if ctx.spec.smooth_quant:
+            from edgekit.calibration import smooth_quant
+
+            smoothed = smooth_quant.smooth_onnx(prepared, prepared, iter(reader.get_next, None))
+            reader.rewind()
         # Calibrate first, so that the ranges can decide what stays float, then quantize with them.
         calibrator = create_calibrator(str(prepared), calibrate_method=method,
                                        augmented_model_path=str(ctx.work_dir / "augmented.onnx"),
@@ -86,7 +93,7 @@ class OnnxQuantize(Converter):
         int16 = {t: [{"quant_type": QuantType.QInt16}] for layer in spec.layers("int16")
                  for t in activations(prepared, layers[layer])}
         quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
-                        nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept,
+                        nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed,
                         quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                         calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)

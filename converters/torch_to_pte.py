@@ -27,6 +27,7 @@ class TorchToPte(Converter):
     fallbacks = ("float",)
     granularities = ("per_channel", "per_tensor")
     bias_correction = True  # edgekit.calibration.bias_correction on the PT2E graph
+    smooth_quant = True  # edgekit.calibration.smooth_quant on the PT2E graph
     extra = "executorch"
     cost = 1.0
     tools = ("torch", "executorch", "torchao")
@@ -71,7 +72,7 @@ def quantize_int8(source, calibration, spec, input_names, *, dynamic: bool = Fal
     args = source.example_args() if example_args is None else example_args
     quantizer = pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config, "xnnpack", spec.layers("float"))
     return pt2e.quantize(source.exported().module(), quantizer, calibration, input_names, example_args=args,
-                         fold_quantize=True, correct_biases=spec.bias_correction)
+                         fold_quantize=True, correct_biases=spec.bias_correction, smooth=spec.smooth_quant)
 
 
 def _backend_config(precision: str):

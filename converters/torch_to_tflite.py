@@ -21,6 +21,7 @@ class TorchToTflite(Converter):
     fallbacks = ("float",)
     granularities = ("per_channel", "per_tensor")
     bias_correction = True  # edgekit.calibration.bias_correction on the PT2E graph
+    smooth_quant = True  # edgekit.calibration.smooth_quant on the PT2E graph
     extra = "tflite"
     cost = 1.0
     tools = ("torch", "litert_torch", "ai_edge_litert", "torchao", "ai_edge_quantizer")
@@ -50,7 +51,7 @@ class TorchToTflite(Converter):
                                           spec.layers("float"))
             quantized = pt2e.quantize(module, ours, None if dynamic else ctx.calibration,
                                       src.signature.input_names, example_args=args, fold_quantize=False,
-                                      correct_biases=spec.bias_correction)
+                                      correct_biases=spec.bias_correction, smooth=spec.smooth_quant)
             with _strict_qdq(bool(spec.layers("float"))):
                 model = litert_torch.convert(quantized, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
             raw = ctx.work_dir / f"{out_path.stem}.pt2e.tflite"

@@ -207,12 +207,12 @@ SAMPLES = 32  # samples traced: every intermediate tensor of every sample is rea
 
 def attribute(artifact_path: str, source: str, *, source_options=None, eval_data: str | None = None,
               calibration=None, method: str = "minmax", bias_correction: bool = False,
-              progress=None) -> list[LayerDrift]:
+              smooth_quant: bool = False, progress=None) -> list[LayerDrift]:
     """Rank the layers of the int8 artifact at `artifact_path` by the SQNR they lose (see the module doc).
 
     The float reference is the fp32 artifact of the same format, converted from `source` by the same
     route; for .pte it is the float exported program, and the int8 side is the PT2E model rebuilt
-    with `calibration` (a CalibrationSpec), `method` and `bias_correction`.
+    with `calibration` (a CalibrationSpec), `method`, `bias_correction` and `smooth_quant`.
     """
     from pathlib import Path
 
@@ -269,7 +269,8 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
         pte_calibration = load_calibration(calibration, signature)[0]
     with captured():
         return rank_layers(model, fmt, artifact_path, inputs, calibration=pte_calibration,
-                           spec=QuantSpec("int8", method, bias_correction=bias_correction), say=say)
+                           spec=QuantSpec("int8", method, bias_correction=bias_correction, smooth_quant=smooth_quant),
+                           say=say)
 
 
 def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibration=None, spec=None,

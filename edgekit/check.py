@@ -19,8 +19,9 @@ The config (TOML) lists models, each with its targets, precisions, data and budg
 With `search = true` (or a `[models.search]` table with `min_int8_share` and `max_steps`), an int8
 case that misses its metric budgets keeps the fewest layers back from int8 until they hold
 (edgekit.search); the baseline records the layers it kept, and the next run starts from them.
-`bias_correction = true` corrects the int8 models' biases after calibration (the search tries it on
-its own; the baseline records whether it did).
+`bias_correction = true` corrects the int8 models' biases after calibration, `smooth_quant = true`
+smooths a transformer's linears before it (the search tries both on its own; the baseline records
+whether it used them).
 
 Instead of targets and precisions, a model may list `artifacts = ["build/m.int8.tflite", ...]`:
 artifacts built elsewhere, verified as they are (target and precision read from the files).
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.errors import BadInput, reading
+from edgekit.quant import PASSES
 from edgekit.registry import PRECISIONS
 from edgekit.verify import HIGHER_IS_BETTER
 
@@ -48,7 +50,7 @@ SCHEMA = "edgekit.check/1"
 BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *HIGHER_IS_BETTER}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
 MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
-              "bias_correction", "budgets", "artifacts", "search"}
+              "bias_correction", "smooth_quant", "budgets", "artifacts", "search"}
 SEARCH_KEYS = {"min_int8_share", "max_steps"}
 
 
@@ -63,6 +65,7 @@ class ModelCheck:
     input_shape: tuple[str, ...] = ()
     calib_method: str = "minmax"
     bias_correction: bool = False  # int8: correct biases after calibration (tflite from torch, executorch, onnx, ort)
+    smooth_quant: bool = False  # int8: SmoothQuant before calibration (the same targets)
     budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
     artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
     project: str | None = None  # the config's folder: import specs must name its modules
@@ -165,7 +168,7 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         name=name, path=rel("path"), targets=strings("targets", []),
         precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
         input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
-        bias_correction=_flag(m, "bias_correction", where),
+        bias_correction=_flag(m, "bias_correction", where), smooth_quant=_flag(m, "smooth_quant", where),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
         search=_search(m.get("search"), where, "int8" in precisions),
     )
@@ -243,6 +246,7 @@ class Case:
     layers_note: str | None = None  # why there is no attribution, when one was asked for
     overrides: tuple = ()  # the layers kept back from int8 ({"layer", "precision"})
     bias_correction: bool = False  # whether the int8 model's biases were corrected
+    smooth_quant: bool = False  # whether its linears were smoothed
     search: dict | None = None  # the accuracy-aware search's record, when the case searched
 
     @property
@@ -252,7 +256,8 @@ class Case:
     def baseline_entry(self) -> dict:
         return {"bytes": self.bytes, "metrics": self.metrics.get("output_0", {}),
                 "task_accuracy": self.task_accuracy, "sha256": self.hashes, "tool_versions": self.tool_versions,
-                "overrides": list(self.overrides), "bias_correction": self.bias_correction}
+                "overrides": list(self.overrides), "bias_correction": self.bias_correction,
+                "smooth_quant": self.smooth_quant}
 
 
 def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attribution: str = "failing",
@@ -281,6 +286,7 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
                 calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == "int8" else None,
                 calib_method=m.calib_method,
                 bias_correction=precision == "int8" and (m.bias_correction or bool(seed and seed["bias_correction"])),
+                smooth_quant=precision == "int8" and (m.smooth_quant or bool(seed and seed["smooth_quant"])),
                 overrides=tuple(LayerOverride(o["layer"], o["precision"]) for o in (seed or {}).get("overrides", ())),
                 **({"budgets": parse_budgets({k: v for k, v in m.budget(precision).items() if k in _OUTPUT_METRICS}),
                     **m.search} if searching else {}),
@@ -338,7 +344,8 @@ def _judge(m: ModelCheck, r, result, precision: str) -> Case:
                 r.bytes, r.verdict.metrics, acc, r.artifact.path,
                 r.artifact.meta.get("seconds") or 0.0, hashes, dict(r.artifact.meta.get("tool_versions", {})),
                 budget=budget, overrides=tuple(quantization.get("overrides", ())),
-                bias_correction=bool(quantization.get("bias_correction")), search=r.artifact.meta.get("search"))
+                bias_correction=bool(quantization.get("bias_correction")),
+                smooth_quant=bool(quantization.get("smooth_quant")), search=r.artifact.meta.get("search"))
 
 
 def _wants_layers(c: Case, attribution: str) -> bool:
@@ -357,7 +364,8 @@ def _attribute(m: ModelCheck, c: Case, progress, trust=None) -> Case:
         layers = attribute(c.path, m.path, source_options=m.source_options(trust),
                            eval_data=m.eval,
                            calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration else None,
-                           method=m.calib_method, bias_correction=c.bias_correction, progress=progress)
+                           method=m.calib_method, bias_correction=c.bias_correction, smooth_quant=c.smooth_quant,
+                           progress=progress)
     except EdgekitError as e:
         return replace(c, layers_note=f"no per-layer attribution: {e}")
     return replace(c, layers=tuple(layers))
@@ -382,9 +390,9 @@ def write_baseline(cases: list[Case], path: str | Path) -> None:
 
 
 def baseline_seeds(path: str | Path) -> dict:
-    """Case name → {"overrides": the layer overrides, "bias_correction": bool} the baseline at `path`
-    recorded (only cases that kept layers back or corrected biases); {} when there is no readable
-    baseline."""
+    """Case name → {"overrides": the layer overrides, "bias_correction": bool, "smooth_quant": bool} the
+    baseline at `path` recorded (only cases that kept layers back or used a whole-model pass); {} when
+    there is no readable baseline."""
     import json
 
     try:
@@ -400,9 +408,9 @@ def baseline_seeds(path: str | Path) -> dict:
         rows = entry.get("overrides")
         rows = rows if isinstance(rows, list) and all(isinstance(o, dict) and isinstance(o.get("layer"), str)
                                                       and o.get("precision") in ("float", "int16") for o in rows) else []
-        corrected = entry.get("bias_correction") is True
-        if rows or corrected:
-            out[name] = {"overrides": rows, "bias_correction": corrected}
+        passes = {p: entry.get(p) is True for p in PASSES}
+        if rows or any(passes.values()):
+            out[name] = {"overrides": rows, **passes}
     return out
 
 
@@ -448,7 +456,7 @@ def to_json(cases: list[Case]) -> dict:
                        "task_accuracy": c.task_accuracy, "sha256": c.hashes, "tool_versions": c.tool_versions,
                        "changes": list(c.changes), "layers": [d.to_json() for d in c.layers],
                        "layers_note": c.layers_note, "overrides": list(c.overrides),
-                       "bias_correction": c.bias_correction, "search": c.search}
+                       "bias_correction": c.bias_correction, "smooth_quant": c.smooth_quant, "search": c.search}
                       for c in cases]}
 
 
@@ -479,9 +487,10 @@ def _search_lines(c: Case) -> list[str]:
     for k in s["kept"]:
         gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
         lines.append(f"kept back: {k['layer']} at {k['precision']} ({k['bytes']:+d} bytes; {gains})")
-    if s.get("bias_correction_contribution"):
-        gains = ", ".join(f"{m} {d:+.4g}" for m, d in s["bias_correction_contribution"].items() if d is not None)
-        lines.append(f"bias correction kept ({gains})")
+    for name, label in PASSES.items():
+        if s.get(f"{name}_contribution"):
+            gains = ", ".join(f"{m} {d:+.4g}" for m, d in s[f"{name}_contribution"].items() if d is not None)
+            lines.append(f"{label} kept ({gains})")
     return lines
 
 

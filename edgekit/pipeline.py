@@ -13,6 +13,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -26,10 +27,10 @@ from edgekit.calibration.sources import CalibrationSpec
 from edgekit.errors import BadInput, ConversionFailed
 from edgekit.graph import Graph, Plan
 from edgekit.loading import Source, SourceOptions
-from edgekit.quant import LayerOverride, QuantSpec
+from edgekit.quant import PASSES, LayerOverride, QuantSpec
 from edgekit.quiet import captured, private_dir, temp_files_in
 from edgekit.search import SEARCH_FRACTION
-from edgekit.verify import THRESHOLDS, Verdict, compare
+from edgekit.verify import THRESHOLDS, Verdict, compare, only_near_ties
 
 SCHEMA = "edgekit.convert/1"
 TMP_PREFIX = ".edgekit-tmp-"
@@ -52,16 +53,18 @@ class ConvertRequest:
     int8_io: bool = False
     granularity: str = "per_channel"
     bias_correction: bool = False
+    smooth_quant: bool = False
     overrides: tuple[LayerOverride, ...] = ()  # layers kept back from int8 (edgekit.quant)
     budgets: tuple = ()  # edgekit.search.Budget: search for the fewest layers to keep back until they hold
     min_int8_share: float = 0.8
     max_steps: int = 8
 
-    def spec(self, method: str, bias_correction: bool | None = None) -> QuantSpec:
+    def spec(self, method: str, bias_correction: bool | None = None, smooth_quant: bool | None = None) -> QuantSpec:
         """The quantization spec of this request with a concrete calibration method (and bias
-        correction, when given, else as asked for)."""
+        correction and SmoothQuant, when given, else as asked for)."""
         return QuantSpec(self.precision, method, granularity=self.granularity, int8_io=self.int8_io,
                          bias_correction=self.bias_correction if bias_correction is None else bias_correction,
+                         smooth_quant=self.smooth_quant if smooth_quant is None else smooth_quant,
                          overrides=self.overrides)
 
     def __post_init__(self):
@@ -74,6 +77,9 @@ class ConvertRequest:
             raise BadInput("--int8-io needs --precision int8 (or --int8)")
         if self.bias_correction and self.precision != "int8":
             raise BadInput("--bias-correction needs --precision int8 (or --int8): it corrects a calibrated model")
+        if self.smooth_quant and self.precision != "int8":
+            raise BadInput("--smooth-quant needs --precision int8 (or --int8): it smooths the activations that "
+                           "static int8 quantizes")
         if (self.overrides or self.budgets) and self.precision != "int8":
             raise BadInput(f"{'--keep' if self.overrides else '--budget'} needs --precision int8 (or --int8): "
                            "it keeps layers of a static int8 model back")
@@ -387,7 +393,7 @@ class _Job:
             outputs, inspection = run_isolated(artifact, held_out.inputs, inspect=True)
             floats = sum(n for dtype, n in inspection["weight_bytes_by_dtype"].items() if dtype.startswith(("float", "bfloat")))
             return Measurement(spec, artifact, compare(held_ref, outputs, {}).metrics, inspection["int8_weight_share"],
-                               artifact.bytes, floats, time.perf_counter() - started)
+                               artifact.bytes, floats, time.perf_counter() - started, only_near_ties(held_ref, outputs))
 
         reference: list[str] = []  # the fp32 artifact the rankings compare with, converted once
 
@@ -403,32 +409,51 @@ class _Job:
         say(f"searching for the fewest layers to keep back until {', '.join(b.text() for b in self.req.budgets)} "
             f"on {len(held_out)} held-out samples")
         search = Search(self.req.budgets, step.converter.fallbacks, self.req.min_int8_share, self.req.max_steps, say,
-                        bias_correction=step.converter.bias_correction)
+                        passes=self._passes(step.converter))
         best, record = search.run(spec, measure, rank)
         record["samples"] = len(held_out)
         say(f"search: {record['why']} ({record['conversions']} conversions, {record['seconds']:.1f} s)")
         return best.artifact, best.spec, record
 
+    def _passes(self, converter) -> tuple[str, ...]:
+        """The whole-model passes (edgekit.quant.PASSES) worth trying for this model on this backend:
+        those the converter has, SmoothQuant only where the model has linears reading a normalization."""
+        return tuple(p for p in PASSES if getattr(converter, p) and (p != "smooth_quant" or self._smoothable))
+
+    @cached_property
+    def _smoothable(self) -> bool:
+        from edgekit.calibration import smooth_quant
+
+        return smooth_quant.applies(self.source)
+
     def _auto(self, target, plan: Plan, step, tmp: Path) -> tuple[ModelArtifact, QuantSpec, dict]:
         """Try every method the backend has, with and without bias correction where it has that (with
-        only, when --bias-correction asks for it); keep the one with the least drift on held-out samples.
-        Returns its artifact, its spec and the record of the candidates."""
+        only, when --bias-correction asks for it), then the best of them with SmoothQuant where the
+        model has linears reading a normalization (every candidate has it when --smooth-quant asks for
+        it); keep the one with the least drift on held-out samples. Returns its artifact, its spec and
+        the record of the candidates."""
         from edgekit.runners import run_isolated
 
         held_out, held_ref = self.selection
-        corrections = (True,) if self.req.bias_correction else (False, True) if step.converter.bias_correction else (False,)
+        passes = self._passes(step.converter)
+        corrections = (True,) if self.req.bias_correction else (False, True) if "bias_correction" in passes else (False,)
         tried = []
+
+        def candidate(spec: QuantSpec) -> None:
+            done = [label for p, label in PASSES.items() if getattr(spec, p)]
+            artifact = self._route(target, plan, tmp / "+".join([spec.method, *(p for p in PASSES if getattr(spec, p))]), spec)
+            m = compare(held_ref, run_isolated(artifact, held_out.inputs)[0], {}).metrics["output_0"]
+            tried.append((artifact, spec, {"method": spec.method, "bias_correction": spec.bias_correction,
+                                           "smooth_quant": spec.smooth_quant, "sqnr_db": m["sqnr_db"],
+                                           "cosine": m["cosine"], "max_abs": m["max_abs"]}))
+            self.say(f"{target.name}: {spec.method} calibration{''.join(' with ' + d for d in done)}: "
+                     f"cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
+
         for method in step.converter.methods:
             for corrected in corrections:
-                name = method + ("+bias-correction" if corrected else "")
-                spec = self.req.spec(method, corrected)
-                artifact = self._route(target, plan, tmp / name, spec)
-                verdict = compare(held_ref, run_isolated(artifact, held_out.inputs)[0], {})
-                m = verdict.metrics["output_0"]
-                tried.append((artifact, spec, {"method": method, "bias_correction": corrected, "sqnr_db": m["sqnr_db"],
-                                               "cosine": m["cosine"], "max_abs": m["max_abs"]}))
-                self.say(f"{target.name}: {method} calibration{' with bias correction' if corrected else ''}: "
-                         f"cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
+                candidate(self.req.spec(method, corrected))
+        if "smooth_quant" in passes and not self.req.smooth_quant:
+            candidate(replace(max(tried, key=lambda t: _drift_rank(t[2]))[1], smooth_quant=True))
         best_artifact, best_spec, best = max(tried, key=lambda t: _drift_rank(t[2]))
         return best_artifact, best_spec, {"method": best["method"], "requested": AUTO, "held_out_samples": len(held_out),
                                           "candidates": [c for _, _, c in tried]}
@@ -446,7 +471,8 @@ def build(plan: Plan, ctx: ConvertContext, stem: str, say: Progress) -> ModelArt
         ext = by_format(conv.target).extension
         last = i == len(plan.steps) - 1
         path = ctx.work_dir / (f"{stem}{suffix}{ext}" if last else f"step{i}-{stem}{ext}")
-        detail = (f", {ctx.spec.method} calibration" + (" and bias correction" if ctx.spec.bias_correction else "")
+        detail = (f", {ctx.spec.method} calibration" + (" and SmoothQuant" if ctx.spec.smooth_quant else "")
+                  + (" and bias correction" if ctx.spec.bias_correction else "")
                   if step is quantizing_step(plan) else "")
         say(f"converting {artifact.format} → {conv.target} at {step.precision} ({conv.name}{detail})")
         with captured(), temp_files_in(ctx.work_dir):

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field, replace
 
 from edgekit.errors import BadInput
 
+# Whole-model passes (QuantSpec flags that converters declare they have), in the order the search and
+# `auto` try them, with their names.
+PASSES = {"smooth_quant": "SmoothQuant", "bias_correction": "bias correction"}
 FALLBACKS = ("int16", "float")  # what a layer kept back from int8 becomes, the cheaper first
 GRANULARITIES = ("per_channel", "per_tensor")
 
@@ -45,6 +48,7 @@ class QuantSpec:
     granularity: str = "per_channel"  # of the weights
     int8_io: bool = False
     bias_correction: bool = False  # edgekit.calibration.bias_correction, after calibration
+    smooth_quant: bool = False  # edgekit.calibration.smooth_quant, before calibration
     overrides: tuple[LayerOverride, ...] = field(default_factory=tuple)
 
     def layers(self, precision: str) -> tuple[str, ...]:
@@ -59,7 +63,7 @@ class QuantSpec:
     def to_json(self) -> dict:
         return {"precision": self.precision, "method": self.method, "weight_bits": self.weight_bits,
                 "activation_bits": self.activation_bits, "granularity": self.granularity,
-                "int8_io": self.int8_io, "bias_correction": self.bias_correction,
+                "int8_io": self.int8_io, "bias_correction": self.bias_correction, "smooth_quant": self.smooth_quant,
                 "overrides": [o.to_json() for o in self.overrides]}
 
 
@@ -87,6 +91,9 @@ def check_expressible(spec: QuantSpec, converter, target: str) -> None:
     if spec.bias_correction and not converter.bias_correction:
         raise BadInput(f"the {target} backend has no bias correction",
                        fix="drop --bias-correction for this target (tflite from torch sources, executorch and onnx have it)")
+    if spec.smooth_quant and not converter.smooth_quant:
+        raise BadInput(f"the {target} backend has no SmoothQuant",
+                       fix="drop --smooth-quant for this target (tflite from torch sources, executorch and onnx have it)")
     if spec.granularity not in converter.granularities:
         raise BadInput(f"the {target} backend has no {spec.granularity.replace('_', '-')} weight quantization",
                        fix=f"use {' or '.join(g.replace('_', '-') for g in converter.granularities)}")

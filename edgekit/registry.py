@@ -58,6 +58,7 @@ class Converter:
     fallbacks: ClassVar[tuple[str, ...]] = ()  # what a layer kept back from int8 can become (edgekit.quant)
     granularities: ClassVar[tuple[str, ...]] = ("per_channel",)  # of int8 weights
     bias_correction: ClassVar[bool] = False  # can correct the biases after calibration (edgekit.quant)
+    smooth_quant: ClassVar[bool] = False  # can smooth a transformer's linears before calibration (edgekit.quant)
 
     @classmethod
     def missing(cls) -> tuple[str, ...]:

@@ -3,9 +3,10 @@
     edgekit convert model.pt2 -t tflite --int8 --calib c.npz --eval e.npz --budget cosine=0.99
 
 The model is converted fully int8 and measured in its runtime on held-out calibration samples (never
-the eval samples the final verdict uses). When a budget is missed and the backend can correct biases
-(edgekit.calibration.bias_correction), that is tried first: it keeps every layer int8, and is kept
-like any step, only if it helps. When a budget is still missed, the layers are ranked by the SQNR
+the eval samples the final verdict uses). When a budget is missed, the whole-model passes the backend
+has and the model can use are tried first, one step each: SmoothQuant for a transformer's linears
+(edgekit.calibration.smooth_quant), then bias correction (edgekit.calibration.bias_correction). They
+keep every layer int8, and each is kept like any step, only if it helps. When a budget is still missed, the layers are ranked by the SQNR
 each one loses (edgekit.attribution: one trace of the model, not one conversion per layer) and moved
 back one at a time, the worst first, to the backend's fallback precisions in order (int16
 activations where it has them, then float): reconvert, re-measure, and keep the step only if it
@@ -14,7 +15,9 @@ output SQNR when only top-1 is budgeted) and brings the model closer to its budg
 MIN_GAIN of the remaining gap or by a large move of those metrics (see `Search._verdict`);
 otherwise undo it. After each kept layer the model is
 ranked again: what a layer loses depends on what reaches it. The search stops when every budget
-holds, when the step limit is reached, or when no ranked layer is left; a step whose result would
+holds, when the step limit is reached, when no ranked layer is left, or before any layer step when
+only top-1 agreement is missed and every disagreeing sample is a near-tie in the source model (its top
+two scores all but equal: no layer kept back can be shown to mend a coin flip); a step whose result would
 leave less than the floor of weight bytes in int8 is undone. The result is never worse than full
 int8 on the search samples (only improving steps are kept), and every layer kept back comes with
 what it contributed.
@@ -30,8 +33,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from edgekit.errors import BadInput
-from edgekit.quant import QuantSpec
-from edgekit.verify import HIGHER_IS_BETTER, METRICS
+from edgekit.quant import PASSES, QuantSpec
+from edgekit.verify import HIGHER_IS_BETTER, METRICS, NEAR_TIE
 
 SEARCH_FRACTION = 0.5  # of the calibration samples held out for the search to measure on
 MIN_INT8_SHARE = 0.8
@@ -109,6 +112,7 @@ class Measurement:
     bytes: int
     float_weight_bytes: int
     seconds: float
+    near_ties: bool = False  # every sample whose top-1 class disagrees is a near-tie in the source model
 
 
 @dataclass
@@ -118,7 +122,7 @@ class Search:
     min_int8_share: float = MIN_INT8_SHARE
     max_steps: int = MAX_STEPS
     say: Callable[[str], None] = lambda _msg: None
-    bias_correction: bool = False  # the backend can correct biases: tried before any layer is kept back
+    passes: tuple[str, ...] = ()  # whole-model QuantSpec flags (PASSES) to try before any layer is kept back
     steps: list = field(default_factory=list)
     kept: list = field(default_factory=list)
 
@@ -170,11 +174,14 @@ class Search:
         best = measure(spec, 0)
         self._record(0, None, None, best, True, "full int8" if not spec.overrides else "the given overrides")
         stopped, self.rankings, self.ranking_seconds = None, 0, 0.0
-        corrected = None
-        if self.gap(best) > 0 and self.bias_correction and not spec.bias_correction and self.max_steps > 0:
-            best, corrected = self._correct_biases(best, measure)
+        contributions = {}
+        for name in self.passes:
+            if self.gap(best) > 0 and not getattr(best.spec, name) and self.conversions <= self.max_steps:
+                best, contributions[name] = self._try_pass(best, measure, name)
         if self.gap(best) == 0:
             stopped = "met"
+        elif best.near_ties and all(b.metric in DISCRETE for b in self.budgets if b.gap(b.value(best.metrics))):
+            stopped = "near-ties"
         elif not self.fallbacks:
             stopped = "no-fallback"
         else:
@@ -187,21 +194,23 @@ class Search:
             "ranking_seconds": round(self.ranking_seconds, 3), "min_int8_share": self.min_int8_share,
             "max_steps": self.max_steps,
             "values": self.values(best), "int8_share": round(best.int8_share, 6), "bytes": best.bytes,
-            "overrides": [o.to_json() for o in best.spec.overrides], "bias_correction": best.spec.bias_correction,
-            "bias_correction_contribution": corrected, "kept": list(self.kept), "steps": list(self.steps),
+            "overrides": [o.to_json() for o in best.spec.overrides], "kept": list(self.kept), "steps": list(self.steps),
         }
+        for name in PASSES:
+            record[name] = getattr(best.spec, name)
+            record[f"{name}_contribution"] = contributions.get(name)
         return best, record
 
-    def _correct_biases(self, best: Measurement, measure) -> tuple[Measurement, dict | None]:
-        """Step 1: the same model with bias correction. Returns the better of the two measurements and
-        what the correction contributed (None when it was undone)."""
+    def _try_pass(self, best: Measurement, measure, name: str) -> tuple[Measurement, dict | None]:
+        """A step that turns on the whole-model pass `name` (a QuantSpec flag). Returns the better of the
+        two measurements and what the pass contributed (None when it was undone)."""
         index = len(self.steps)
-        trial = measure(replace(best.spec, bias_correction=True), index)
+        trial = measure(replace(best.spec, **{name: True}), index)
         undone = self._verdict(best, trial)
         if undone:
-            self._record(index, None, None, trial, False, f"undone: {undone}", change="bias_correction")
+            self._record(index, None, None, trial, False, f"undone: {undone}", change=name)
             return best, None
-        self._record(index, None, None, trial, True, "kept", change="bias_correction")
+        self._record(index, None, None, trial, True, "kept", change=name)
         return trial, {k: _delta(v, self.values(best).get(k)) for k, v in self.values(trial).items()}
 
     def _ranked(self, m: Measurement, rank, tried: set) -> list[str]:
@@ -272,7 +281,7 @@ class Search:
                        layers=[o.to_json() for o in m.spec.overrides], seconds=round(m.seconds, 3))
         self.steps.append(row)
         shown = ", ".join(f"{k} {_num(v)}" for k, v in row.get("values", {}).items())
-        what = ("bias correction" if change == "bias_correction" else "full int8" if layer is None
+        what = (PASSES[change] if change in PASSES else "full int8" if layer is None
                 else f"{layer} → {precision}")
         share = f", int8 share {m.int8_share:.3f}" if m is not None else ""
         self.say(f"search step {index}: {what}: {shown}{share} — {note}")
@@ -280,7 +289,7 @@ class Search:
     def _why(self, stopped: str, best: Measurement) -> str:
         missed = [f"{b.text()} (got {_num(b.value(best.metrics))})" for b in self.budgets if b.gap(b.value(best.metrics)) > 0]
         if stopped == "met":
-            corrected = " and bias correction" if best.spec.bias_correction else ""
+            corrected = "".join(f" and {label}" for name, label in PASSES.items() if getattr(best.spec, name))
             return (f"every budget holds on the search samples with full int8{corrected}" if not self.kept
                     else f"every budget holds on the search samples with {len(self.kept)} layer(s) kept back{corrected}")
         tail = f"{', '.join(missed)} on the search samples"
@@ -288,6 +297,10 @@ class Search:
             return f"missed {tail}: this backend cannot keep single layers back from int8"
         if stopped == "steps":
             return f"missed {tail}: the step limit ({self.max_steps}) was reached"
+        if stopped == "near-ties":
+            return (f"missed {tail}: every sample whose top-1 class disagrees is a near-tie in the source model "
+                    f"(its top two scores closer than {NEAR_TIE:.0%} of their spread), which any rounding may flip; "
+                    "keeping layers back cannot be shown to mend that, so none was tried")
         floor = any("floor" in s["note"] for s in self.steps)
         return (f"missed {tail}: no ranked layer is left to keep back"
                 + (f" without the int8 share falling below {self.min_int8_share:g}" if floor else ""))

@@ -126,6 +126,14 @@ def top1_near_ties(ref: np.ndarray, out: np.ndarray) -> tuple[int, int]:
     return int(wrong.sum()), int((wrong & ties).sum())
 
 
+def only_near_ties(ref: list, out: list) -> bool:
+    """Whether some sample's top-1 class disagrees, and every one that does is a near-tie in the source
+    (`ref` and `out` are the outputs, in order; outputs with fewer than two classes are left out)."""
+    counts = [top1_near_ties(r, np.asarray(o).reshape(np.shape(r))) for r, o in zip(ref, out)
+              if np.ndim(r) >= 2 and np.shape(r)[1] >= 2 and np.size(o) == np.size(r)]
+    return any(wrong for wrong, _ in counts) and all(wrong == ties for wrong, ties in counts)
+
+
 # Measured by inspecting the artifact itself (edgekit.targets.inspection), not its outputs.
 INSPECTION_METRICS = {
     "int8_weight_share": "of the weight bytes are stored as int8",

@@ -147,3 +147,22 @@ def test_a_cat_of_pixel_boxes_and_scores_stays_float_and_scores_survive(tmp_path
         m = r.verdict.metrics["output_0"]
         assert r.verdict.status == "pass", (r.target, r.verdict.reasons)
         assert m["channel_cosine"] > 0.95 and m["channel_cosine_min"] > 0.9, (r.target, m)
+
+
+def test_the_percentile_observer_cuts_the_rare_outliers_that_minmax_keeps():
+    import torch
+    from torchao.quantization.pt2e.observer import MinMaxObserver
+
+    from edgekit.calibration.pt2e import PERCENTILE, percentile_observer
+
+    torch.manual_seed(0)
+    x = torch.randn(3_000_000)
+    x[:5] = 50.0  # 5 in 3 million: beyond the 99.999th percentile
+    kwargs = dict(dtype=torch.int8, qscheme=torch.per_tensor_affine, quant_min=-128, quant_max=127)
+    percentile, minmax = percentile_observer()(**kwargs), MinMaxObserver(**kwargs)
+    percentile(x), minmax(x)
+    low, high = percentile._non_linear_param_search()
+    expected = torch.quantile(x[:1_000_000], torch.tensor([1 - PERCENTILE / 100, PERCENTILE / 100])).tolist()
+    assert abs(float(low) - expected[0]) < 0.15 and abs(float(high) - expected[1]) < 0.15  # one 2048th of the range
+    assert float(minmax.max_val) == 50.0
+    assert float(percentile.calculate_qparams()[0]) < float(minmax.calculate_qparams()[0]) / 5

@@ -17,7 +17,7 @@ from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, MOBILENET, MOBILE
 
 pytestmark = pytest.mark.slow
 
-BACKEND_METHODS = {"tflite": ["minmax", "mse"], "executorch": ["minmax", "mse"], "ptl": ["minmax", "mse"],
+BACKEND_METHODS = {"tflite": ["minmax", "percentile", "mse"], "executorch": ["minmax", "percentile", "mse"], "ptl": ["minmax", "mse"],
                    "onnx": ["minmax", "percentile", "entropy"], "ort": ["minmax", "percentile", "entropy"]}
 # The targets issue #3's size bar applies to; .ptl and .ort carry more per-tensor structure.
 COMPACT = ("tflite", "executorch", "onnx")
@@ -108,7 +108,8 @@ def test_mobilenet_int8_is_small_really_int8_and_accurate(tmp_path_factory, mobi
         assert r.artifact.bytes <= 0.4 * fp32[target].artifact.bytes, (target, r.artifact.bytes, fp32[target].artifact.bytes)
 
 
-@pytest.mark.parametrize("target, method", [("onnx", "entropy"), ("onnx", "percentile"), ("tflite", "mse")])
+@pytest.mark.parametrize("target, method", [("onnx", "entropy"), ("onnx", "percentile"), ("tflite", "mse"),
+                                            ("executorch", "percentile")])
 def test_each_method_by_name(tmp_path, target, method):
     result = convert(ConvertRequest(str(DIGITS), (target,), str(tmp_path), precision="int8",
                                     eval_data=str(DIGITS_EVAL), calibration=CalibrationSpec(str(DIGITS_CALIB)),
@@ -121,10 +122,10 @@ def test_each_method_by_name(tmp_path, target, method):
 
 def test_a_method_the_backend_lacks_is_an_error_not_a_substitute(tmp_path):
     calib = CalibrationSpec(str(DIGITS_CALIB))
-    with pytest.raises(BadInput, match=r"the tflite backend has no 'percentile' calibration \(it has minmax, mse\)") as info:
+    with pytest.raises(BadInput, match=r"the tflite backend has no 'entropy' calibration \(it has minmax, percentile, mse\)") as info:
         convert(ConvertRequest(str(DIGITS), ("tflite", "onnx"), str(tmp_path), precision="int8", calibration=calib,
-                               calib_method="percentile"))
-    assert "'percentile' is available for: onnx" in info.value.fix
+                               calib_method="entropy"))
+    assert "'entropy' is available for: onnx" in info.value.fix
     with pytest.raises(BadInput, match=r"the onnx backend has no 'mse' calibration"):
         convert(ConvertRequest(str(DIGITS), ("onnx",), str(tmp_path), precision="int8", calibration=calib,
                                calib_method="mse"))

@@ -67,14 +67,16 @@ def test_efficientnet_lite0_int8_on_tflite_executorch_and_onnx(real, tmp_path):
 
 def test_minilm_encoder_int8_converts_where_the_raw_calls_failed(real, tmp_path):
     """The raw calls stop here: XNNPACKQuantizer turns the integer position ids into floats
-    (IndexError), onnxruntime's symbolic shape inference gives up (TypeError)."""
+    (IndexError), onnxruntime's symbolic shape inference gives up (TypeError). With SmoothQuant:
+    without it the embedding's cosine is 0.993-0.994 (see the README)."""
     module, work = real
     model = module.minilm_l6(work, n_calib=40, n_eval=20)
-    result = _int8(model, ("executorch", "onnx"), tmp_path)
+    result = _int8(model, ("executorch", "onnx"), tmp_path, smooth_quant=True)
     for r in result.artifacts:
         v, m = r.verdict, r.verdict.metrics["output_0"]
         assert v.status == "pass", (r.target, v.reasons)
-        assert m["cosine"] >= 0.99, (r.target, m)
+        assert m["cosine"] >= 0.995, (r.target, m)
+        assert r.artifact.meta["quantization"]["smooth_quant"] is True
         assert v.inspection["int8_weight_share"] >= 0.8, (r.target, v.inspection["weight_bytes_by_dtype"])
 
 

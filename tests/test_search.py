@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from edgekit.errors import BadInput
 from edgekit.quant import LayerOverride, QuantSpec, parse_overrides
 from edgekit.search import Budget, Measurement, Search, parse_budgets
+from edgekit.verify import only_near_ties
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, run_cli
 
 BAD = "tests.models:one_bad_layer"  # conv2 cannot be int8 (see tests/models.py)
@@ -120,7 +122,7 @@ def test_bias_correction_is_tried_first_and_kept_only_when_it_helps():
         return Measurement(spec, None, {"output_0": {"cosine": cos}}, 1.0, 1000, 0, 0.0)
 
     ranked = []
-    best, record = Search((Budget("cosine", 0.99),), ("float",), bias_correction=True).run(
+    best, record = Search((Budget("cosine", 0.99),), ("float",), passes=("bias_correction",)).run(
         QuantSpec("int8"), measure, lambda m: ranked.append(1) or [_Layer("a", 8)])
     assert record["stopped"] == "met" and record["conversions"] == 2 and not ranked  # no layer kept back
     assert record["steps"][1]["change"] == "bias_correction" and record["steps"][1]["accepted"]
@@ -131,10 +133,52 @@ def test_bias_correction_is_tried_first_and_kept_only_when_it_helps():
         cos = (0.97 if spec.bias_correction else 0.98) + (0.02 if spec.overrides else 0)
         return Measurement(spec, None, {"output_0": {"cosine": cos}}, 1.0, 1000, 0, 0.0)
 
-    best, record = Search((Budget("cosine", 0.99),), ("float",), bias_correction=True).run(
+    best, record = Search((Budget("cosine", 0.99),), ("float",), passes=("bias_correction",)).run(
         QuantSpec("int8"), hurts, lambda m: [_Layer("a", 8)])
     assert record["steps"][1]["note"].startswith("undone") and not best.spec.bias_correction
     assert [k["layer"] for k in record["kept"]] == ["a"] and record["bias_correction_contribution"] is None
+
+
+def test_smooth_quant_comes_first_then_bias_correction_each_kept_on_its_own_merit():
+    def measure(spec, index):  # SmoothQuant helps part of the way, bias correction does nothing on top
+        cos = 0.98 + (0.005 if spec.smooth_quant else 0) + (0.01 if spec.overrides else 0)
+        return Measurement(spec, None, {"output_0": {"cosine": cos}}, 1.0, 1000, 0, 0.0)
+
+    best, record = Search((Budget("cosine", 0.99),), ("float",), passes=("smooth_quant", "bias_correction")).run(
+        QuantSpec("int8"), measure, lambda m: [_Layer("a", 8)])
+    assert [(s["change"], s["accepted"]) for s in record["steps"]] == [
+        (None, True), ("smooth_quant", True), ("bias_correction", False), ("layer", True)]
+    assert best.spec.smooth_quant and not best.spec.bias_correction and [k["layer"] for k in record["kept"]] == ["a"]
+    assert record["smooth_quant"] and record["smooth_quant_contribution"]["cosine"] == pytest.approx(0.005)
+    assert record["bias_correction"] is False and record["bias_correction_contribution"] is None
+    assert record["stopped"] == "met" and "SmoothQuant" in record["why"]
+
+
+def test_only_near_ties_left_stops_before_any_layer_step_and_says_why():
+    def measure(spec, index, near_ties=True):
+        return Measurement(spec, None, {"output_0": {"cosine": 0.997, "top1_agreement": 0.96875, "sqnr_db": 22.0}},
+                           1.0, 1000, 0, 0.0, near_ties=near_ties)
+
+    budgets = (Budget("cosine", 0.99), Budget("top1_agreement", 0.98))
+    ranked = []
+    best, record = Search(budgets, ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked.append(1) or [])
+    assert record["stopped"] == "near-ties" and record["conversions"] == 1 and not ranked
+    assert "top1_agreement ≥ 0.98 (got 0.96875)" in record["why"] and "near-tie" in record["why"]
+    # a disagreement that is not a near-tie, or a missed cosine, still searches
+    _, record = Search(budgets, ("float",)).run(QuantSpec("int8"), lambda s, i: measure(s, i, False),
+                                                lambda m: [_Layer("a", 8)])
+    assert record["stopped"] != "near-ties" and record["conversions"] > 1
+    _, record = Search((Budget("cosine", 0.999), budgets[1]), ("float",)).run(
+        QuantSpec("int8"), measure, lambda m: [_Layer("a", 8)])
+    assert record["stopped"] != "near-ties" and record["conversions"] > 1
+
+
+def test_only_near_ties_reads_the_top_two_scores_of_the_source():
+    ref = np.array([[5.0, 1.0, 0.0], [2.0, 1.999, 0.0], [0.0, 3.0, 1.0]])
+    flipped_tie = np.array([[5.0, 1.0, 0.0], [1.9, 2.0, 0.0], [0.0, 3.0, 1.0]])
+    flipped_clear = np.array([[0.5, 1.0, 0.0], [2.0, 1.0, 0.0], [0.0, 3.0, 1.0]])
+    assert only_near_ties([ref], [flipped_tie])
+    assert not only_near_ties([ref], [flipped_clear]) and not only_near_ties([ref], [ref])
 
 
 def test_no_step_when_full_int8_meets_the_budgets():

@@ -89,6 +89,7 @@ def convert(
     calib_samples: Annotated[Optional[int], typer.Option("--calib-samples", help="Use the first N calibration samples.")] = None,
     calib_method: Annotated[str, typer.Option("--calib-method", help="minmax, percentile, entropy, mse, or auto.")] = "minmax",
     bias_correction: Annotated[bool, typer.Option("--bias-correction", help="int8 (tflite from torch, executorch, onnx, ort): after calibration, subtract each layer's mean output error from its bias.")] = False,
+    smooth_quant: Annotated[bool, typer.Option("--smooth-quant", help="int8 (tflite from torch, executorch, onnx, ort): SmoothQuant, move a transformer's activation outliers into the weights of the linears reading each LayerNorm.")] = False,
     calib_preprocess: Annotated[Optional[str], typer.Option("--calib-preprocess", help="For image folders: size=HxW,scale=1/255,mean=..,std=..,layout=NCHW,color=gray")] = None,
     eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs (and optional 'labels') to verify on.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Write the JSON report to stdout; human output to stderr.")] = False,
@@ -128,7 +129,7 @@ def convert(
     request = ConvertRequest(
         source=model, targets=tuple(target), out_dir=str(out), precision=precision,
         calibration=CalibrationSpec(calib, calib_samples, calib_preprocess) if calib else None,
-        calib_method=calib_method, int8_io=int8_io, bias_correction=bias_correction,
+        calib_method=calib_method, int8_io=int8_io, bias_correction=bias_correction, smooth_quant=smooth_quant,
         eval_data=str(eval_data) if eval_data else None, thresholds=parse_thresholds(threshold),
         source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
                                      str(example_inputs) if example_inputs else None, trust_model_code),
@@ -206,8 +207,9 @@ def layers(
     source: Annotated[Path, typer.Option("--source", "-s", help="The source model the artifact was converted from.")],
     eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs to trace (the first 32 are used).")] = None,
     calib: Annotated[Optional[str], typer.Option("--calib", help="The calibration data (needed for .pte; else used as inputs when there is no --eval).")] = None,
-    calib_method: Annotated[str, typer.Option("--calib-method", help="The method the .pte was calibrated with: minmax or mse.")] = "minmax",
+    calib_method: Annotated[str, typer.Option("--calib-method", help="The method the .pte was calibrated with: minmax, percentile or mse.")] = "minmax",
     bias_correction: Annotated[bool, typer.Option("--bias-correction", help="The .pte was made with --bias-correction.")] = False,
+    smooth_quant: Annotated[bool, typer.Option("--smooth-quant", help="The .pte was made with --smooth-quant.")] = False,
     input_shape: Annotated[list[str], typer.Option("--input-shape", help="NAME=1,3,224,224 (repeat per input).")] = [],
     top: Annotated[int, typer.Option("--top", help="How many layers to show (all with --json).")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Write every layer as JSON (edgekit.layers/1) to stdout.")] = False,
@@ -224,7 +226,7 @@ def layers(
                                                   trust_model_code=trust_model_code),
                        eval_data=str(eval_data) if eval_data else None,
                        calibration=CalibrationSpec(calib) if calib else None, method=calib_method,
-                       bias_correction=bias_correction, progress=Reporter(_stderr()).step)
+                       bias_correction=bias_correction, smooth_quant=smooth_quant, progress=Reporter(_stderr()).step)
     if as_json:
         doc = {"schema": "edgekit.layers/1", "artifact": str(artifact), "source": str(source),
                "layers": [d.to_json() for d in ranked]}

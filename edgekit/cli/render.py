@@ -7,6 +7,8 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from edgekit.quant import PASSES
+
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skipped": "yellow"}
 
 
@@ -96,7 +98,7 @@ def _render_search(search: dict, console: Console) -> None:
         table.add_column(col, justify="left" if col in ("layer", "→", "result") else "right")
     for row in search["steps"]:
         values = row.get("values", {})
-        what = "(bias correction)" if row.get("change") == "bias_correction" else row["layer"] or "(full int8)"
+        what = f"({PASSES[row['change']]})" if row.get("change") in PASSES else row["layer"] or "(full int8)"
         table.add_row(str(row["step"]), what, row["precision"] or "",
                       *(_fmt(values.get(k)) if k in values else "—" for k in search["budgets"]),
                       f"{row['int8_share']:.3f}" if "int8_share" in row else "—",
@@ -107,9 +109,10 @@ def _render_search(search: dict, console: Console) -> None:
         gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
         size = f"+{_size(k['bytes'])}" if k["bytes"] >= 0 else f"-{_size(-k['bytes'])}"
         console.print(f"    kept back: {k['layer']} at {k['precision']} ({size}; {gains})")
-    if search.get("bias_correction_contribution"):
-        gains = ", ".join(f"{m} {d:+.4g}" for m, d in search["bias_correction_contribution"].items() if d is not None)
-        console.print(f"    bias correction kept ({gains})")
+    for name, label in PASSES.items():
+        if search.get(f"{name}_contribution"):
+            gains = ", ".join(f"{m} {d:+.4g}" for m, d in search[f"{name}_contribution"].items() if d is not None)
+            console.print(f"    {label} kept ({gains})")
 
 
 
