@@ -323,18 +323,19 @@ def test_a_keras_layer_kept_float_is_float_in_the_tflite(tmp_path):
     assert p.returncode == 2 and "no layer named 'conv9'" in p.stderr and "conv2" in p.stderr
 
 
-def test_bias_correction_where_the_backend_has_none_exits_2(tmp_path):
+@pytest.mark.parametrize("flag, name", [("--bias-correction", "bias correction"), ("--smooth-quant", "SmoothQuant")])
+def test_a_pass_where_the_backend_has_none_exits_2(tmp_path, flag, name):
     from tests.conftest import KERAS, KERAS_CALIB
 
-    p = run_cli("convert", KERAS, "-t", "tflite", "--int8", "--bias-correction", "--calib", KERAS_CALIB,
-                "--out", tmp_path / "out")
-    assert p.returncode == 2 and "the tflite backend has no bias correction" in p.stderr, p.stderr
+    p = run_cli("convert", KERAS, "-t", "tflite", "--int8", flag, "--calib", KERAS_CALIB, "--out", tmp_path / "out")
+    assert p.returncode == 2 and f"the tflite backend has no {name}" in p.stderr, p.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
-def test_a_config_bias_correction_that_is_not_a_boolean_exits_2(tmp_path):
+@pytest.mark.parametrize("key", ["bias_correction", "smooth_quant"])
+def test_a_config_pass_that_is_not_a_boolean_exits_2(tmp_path, key):
     config = tmp_path / "edgekit.toml"
     config.write_text(f'[[models]]\nname = "d"\npath = "{DIGITS}"\ncalibration = "{DIGITS_CALIB}"\n'
-                      'targets = ["onnx"]\nprecisions = ["int8"]\nbias_correction = "yes"\n')
+                      f'targets = ["onnx"]\nprecisions = ["int8"]\n{key} = "yes"\n')
     p = run_cli("check", config, "--out", tmp_path / "out")
-    assert p.returncode == 2 and "bias_correction" in p.stderr and "true or false" in p.stderr, p.stderr
+    assert p.returncode == 2 and key in p.stderr and "true or false" in p.stderr, p.stderr
