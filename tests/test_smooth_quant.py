@@ -1,0 +1,82 @@
+"""SmoothQuant (edgekit.calibration.smooth_quant): the same function in float, flatter activations for int8."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from edgekit.calibration import smooth_quant  # noqa: E402
+
+
+class Block(torch.nn.Module):
+    """A post-LN encoder's pattern: the LayerNorm output feeds two linears and the residual add."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm = torch.nn.LayerNorm(16)
+        self.q = torch.nn.Linear(16, 16)
+        self.k = torch.nn.Linear(16, 16)
+        with torch.no_grad():  # two outlier channels, as a BERT's LayerNorm output has
+            self.norm.weight[3] = 30.0
+            self.norm.weight[11] = -20.0
+
+    def forward(self, x):
+        h = self.norm(x)
+        return self.q(h) * self.k(h) + h
+
+
+def _samples(n=8):
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(1, 4, 16, generator=g),) for _ in range(n)]
+
+
+def test_scales_follow_the_formula_and_leave_dead_channels_alone():
+    s = smooth_quant.scales(np.array([16.0, 0.0, 1.0]), np.array([1.0, 2.0, 0.0]))
+    assert s[0] == pytest.approx(16.0 ** smooth_quant.ALPHA) and s[1] == 1.0 and s[2] == 1.0
+
+
+def test_pt2e_smoothing_keeps_the_function_and_flattens_the_linears_input():
+    block = Block().eval()
+    samples = _samples()
+    original = {n: p.detach().clone() for n, p in block.named_parameters()}
+    module = torch.export.export(block, samples[0]).module()
+    weights = {n: p.detach().clone() for n, p in module.named_parameters()}
+    inserted = smooth_quant.smooth_pt2e(module, iter(samples))
+    assert len(inserted) == 1  # one Mul for the group of q and k
+    (mul,) = [n for n in module.graph.nodes if n.name == inserted[0]]
+    assert {u.target for u in mul.users} == {torch.ops.aten.linear.default}  # the residual add reads the norm
+    x = samples[0][0]
+    with torch.no_grad():
+        assert torch.allclose(module(x), block(x), atol=1e-4, rtol=1e-4)
+        h = block.norm(x).abs().reshape(-1, 16).amax(0)
+        smoothed = h * module.get_buffer(mul.args[1].target)
+    assert (h.max() / h.median()) > 10 * (smoothed.max() / smoothed.median())  # the outlier channels tamed
+    assert all(torch.equal(p, original[n]) for n, p in block.named_parameters())  # the source model untouched
+    assert not torch.equal(dict(module.named_parameters())["q.weight"], weights["q.weight"])
+
+
+def test_onnx_smoothing_keeps_the_function(tmp_path):
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+
+    block = Block().eval()
+    samples = _samples()
+    path = tmp_path / "block.onnx"
+    torch.onnx.export(block, samples[0], str(path), input_names=["x"], dynamo=True, external_data=False)
+    inserted = smooth_quant.smooth_onnx(path, tmp_path / "smoothed.onnx", ({"x": s[0].numpy()} for s in samples))
+    assert inserted, [n.op_type for n in onnx.load(str(path)).graph.node]
+    x = {"x": samples[0][0].numpy()}
+    before = ort.InferenceSession(str(path)).run(None, x)[0]
+    after = ort.InferenceSession(str(tmp_path / "smoothed.onnx")).run(None, x)[0]
+    np.testing.assert_allclose(after, before, rtol=1e-4, atol=1e-4)
+    assert [n.op_type for n in onnx.load(str(tmp_path / "smoothed.onnx")).graph.node].count("Mul") > \
+        [n.op_type for n in onnx.load(str(path)).graph.node].count("Mul")
+
+
+def test_a_model_without_normalized_linears_is_left_as_it_is(tmp_path):
+    module = torch.export.export(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval(),
+                                 (torch.randn(1, 4),)).module()
+    assert smooth_quant.smooth_pt2e(module, iter([(torch.randn(1, 4),)])) == []
