@@ -139,9 +139,10 @@ _ONNX_NORMS = ("LayerNormalization", "SimplifiedLayerNormalization", "RMSNormali
 
 def smooth_onnx(model_path: Path, out_path: Path, samples) -> list[str]:
     """Smooth the MatMul/Gemm nodes that read a normalization output of the float ONNX model at
-    `model_path` (their weight an initializer) and write the result to `out_path`. `samples` yields
-    {input name: array} feeds. Returns the names of the inserted Mul nodes (excluded from
-    quantization: the MatMul's input is quantized after them)."""
+    `model_path` (their weight an initializer; directly, or through a Reshape that feeds only such
+    nodes, as onnxruntime's pre-processing writes a 3-D linear) and write the result to `out_path`.
+    `samples` yields {input name: array} feeds. Returns the names of the inserted Mul nodes (excluded
+    from quantization: the linears' input is quantized after them)."""
     import onnx
     import onnxruntime as ort
     from onnx import helper, numpy_helper
@@ -149,21 +150,33 @@ def smooth_onnx(model_path: Path, out_path: Path, samples) -> list[str]:
     model = onnx.load(str(model_path))
     graph = model.graph
     inits = {i.name: i for i in graph.initializer}
-    uses: dict[str, int] = {}
+    consumers: dict[str, list] = {}
     for node in graph.node:
         for name in node.input:
-            uses[name] = uses.get(name, 0) + 1
-    groups: dict[str, list] = {}
-    for node in graph.node:
-        if node.op_type in _ONNX_NORMS:
-            groups[node.output[0]] = []
-    for node in graph.node:
-        if (node.input and node.input[0] in groups and len(node.input) > 1 and node.input[1] in inits
-                and uses[node.input[1]] == 1 and len(inits[node.input[1]].dims) == 2):
-            trans = any(a.name in ("transA", "transB") and a.i for a in node.attribute)
-            if node.op_type == "MatMul" or (node.op_type == "Gemm" and not trans):
-                groups[node.input[0]].append(node)
-    groups = {t: nodes for t, nodes in groups.items() if nodes}
+            consumers.setdefault(name, []).append(node)
+
+    def input_axis(node, tensor: str) -> int | None:
+        """The axis of the weight that meets the input channels, if `node` is a linear of `tensor`."""
+        if node.op_type not in ("MatMul", "Gemm") or node.input[0] != tensor or len(node.input) < 2:
+            return None
+        weight = inits.get(node.input[1])
+        if weight is None or len(weight.dims) != 2 or len(consumers[weight.name]) != 1:
+            return None
+        attrs = {a.name: a.i for a in node.attribute}
+        return None if attrs.get("transA") else 1 if attrs.get("transB") else 0
+
+    groups: dict[str, tuple[list, list]] = {}  # norm output → (linears, nodes to read the Mul instead)
+    for norm in (n for n in graph.node if n.op_type in _ONNX_NORMS):
+        tensor, linears, readers = norm.output[0], [], []
+        for c in consumers.get(tensor, []):
+            if input_axis(c, tensor) is not None:
+                linears.append(c), readers.append(c)
+            elif c.op_type == "Reshape" and c.input[0] == tensor and consumers.get(c.output[0]) and all(
+                    input_axis(u, c.output[0]) is not None for u in consumers[c.output[0]]):
+                linears += consumers[c.output[0]]
+                readers.append(c)
+        if linears:
+            groups[tensor] = (linears, readers)
     if not groups:
         onnx.save(model, str(out_path))
         return []
@@ -179,20 +192,20 @@ def smooth_onnx(model_path: Path, out_path: Path, samples) -> list[str]:
             peak = np.abs(value).reshape(-1, value.shape[-1]).max(0)
             peaks[t] = peak if peaks[t] is None else np.maximum(peaks[t], peak)
     inserted = []
-    for tensor, nodes in groups.items():
-        if peaks[tensor] is None:
+    for tensor, (linears, readers) in groups.items():
+        weights = {n.input[1]: (numpy_helper.to_array(inits[n.input[1]]), input_axis(n, n.input[0])) for n in linears}
+        if peaks[tensor] is None or any(w.shape[axis] != peaks[tensor].shape[0] for w, axis in weights.values()):
             continue
-        weights = {n.input[1]: numpy_helper.to_array(inits[n.input[1]]) for n in nodes}
-        weight_max = np.max([np.abs(w).max(1) for w in weights.values()], axis=0)  # x @ W: W's rows are inputs
+        weight_max = np.max([np.abs(w).max(1 - axis) for w, axis in weights.values()], axis=0)
         s = scales(peaks[tensor], weight_max)
-        for name, w in weights.items():
-            inits[name].CopyFrom(numpy_helper.from_array((w * s[:, None]).astype(w.dtype), name))
+        for name, (w, axis) in weights.items():
+            inits[name].CopyFrom(numpy_helper.from_array((w * (s[:, None] if axis == 0 else s[None, :])).astype(w.dtype), name))
         mul_name = f"{SMOOTHING_NAME}_{len(inserted)}"
         graph.initializer.append(numpy_helper.from_array((1.0 / s).astype(np.float32), f"{mul_name}_factor"))
         mul = helper.make_node("Mul", [tensor, f"{mul_name}_factor"], [f"{mul_name}_output"], name=mul_name)
-        for n in nodes:
+        for n in readers:
             n.input[0] = mul.output[0]
-        graph.node.insert(min(list(graph.node).index(n) for n in nodes), mul)
+        graph.node.insert(min(list(graph.node).index(n) for n in readers), mul)
         inserted.append(mul_name)
     onnx.save(model, str(out_path))
     return inserted

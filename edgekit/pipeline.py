@@ -59,12 +59,10 @@ class ConvertRequest:
     min_int8_share: float = 0.8
     max_steps: int = 8
 
-    def spec(self, method: str, bias_correction: bool | None = None, smooth_quant: bool | None = None) -> QuantSpec:
-        """The quantization spec of this request with a concrete calibration method (and bias
-        correction and SmoothQuant, when given, else as asked for)."""
+    def spec(self, method: str) -> QuantSpec:
+        """The quantization spec of this request with the calibration method `method`."""
         return QuantSpec(self.precision, method, granularity=self.granularity, int8_io=self.int8_io,
-                         bias_correction=self.bias_correction if bias_correction is None else bias_correction,
-                         smooth_quant=self.smooth_quant if smooth_quant is None else smooth_quant,
+                         bias_correction=self.bias_correction, smooth_quant=self.smooth_quant,
                          overrides=self.overrides)
 
     def __post_init__(self):
@@ -427,33 +425,29 @@ class _Job:
         return smooth_quant.applies(self.source)
 
     def _auto(self, target, plan: Plan, step, tmp: Path) -> tuple[ModelArtifact, QuantSpec, dict]:
-        """Try every method the backend has, with and without bias correction where it has that (with
-        only, when --bias-correction asks for it), then the best of them with SmoothQuant where the
-        model has linears reading a normalization (every candidate has it when --smooth-quant asks for
-        it); keep the one with the least drift on held-out samples. Returns its artifact, its spec and
-        the record of the candidates."""
+        """Try every method the backend has, each with every combination of the whole-model passes
+        worth trying (bias correction where the backend has it, SmoothQuant where the model also has
+        linears reading a normalization; a pass asked for is on in every candidate); keep the one with
+        the least drift on held-out samples. Returns its artifact, its spec and the record of the
+        candidates."""
+        from itertools import product
+
         from edgekit.runners import run_isolated
 
         held_out, held_ref = self.selection
-        passes = self._passes(step.converter)
-        corrections = (True,) if self.req.bias_correction else (False, True) if "bias_correction" in passes else (False,)
+        base = self.req.spec(self.req.calib_method)
+        free = [p for p in self._passes(step.converter) if not getattr(base, p)]
         tried = []
-
-        def candidate(spec: QuantSpec) -> None:
-            done = [label for p, label in PASSES.items() if getattr(spec, p)]
-            artifact = self._route(target, plan, tmp / "+".join([spec.method, *(p for p in PASSES if getattr(spec, p))]), spec)
+        for method, *on in product(step.converter.methods, *([False, True] for _ in free)):
+            spec = replace(base, method=method, **dict(zip(free, on)))
+            passes = [p for p in PASSES if getattr(spec, p)]
+            artifact = self._route(target, plan, tmp / "+".join([method, *passes]), spec)
             m = compare(held_ref, run_isolated(artifact, held_out.inputs)[0], {}).metrics["output_0"]
-            tried.append((artifact, spec, {"method": spec.method, "bias_correction": spec.bias_correction,
+            tried.append((artifact, spec, {"method": method, "bias_correction": spec.bias_correction,
                                            "smooth_quant": spec.smooth_quant, "sqnr_db": m["sqnr_db"],
                                            "cosine": m["cosine"], "max_abs": m["max_abs"]}))
-            self.say(f"{target.name}: {spec.method} calibration{''.join(' with ' + d for d in done)}: "
+            self.say(f"{target.name}: {method} calibration{''.join(' with ' + PASSES[p] for p in passes)}: "
                      f"cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
-
-        for method in step.converter.methods:
-            for corrected in corrections:
-                candidate(self.req.spec(method, corrected))
-        if "smooth_quant" in passes and not self.req.smooth_quant:
-            candidate(replace(max(tried, key=lambda t: _drift_rank(t[2]))[1], smooth_quant=True))
         best_artifact, best_spec, best = max(tried, key=lambda t: _drift_rank(t[2]))
         return best_artifact, best_spec, {"method": best["method"], "requested": AUTO, "held_out_samples": len(held_out),
                                           "candidates": [c for _, _, c in tried]}

@@ -84,3 +84,26 @@ class OneBadLayer(nn.Module):
 
 def one_bad_layer() -> nn.Module:
     return OneBadLayer().eval()
+
+
+class NormalizedBlock(nn.Module):
+    """A post-LN encoder's pattern on 4 tokens of 16 features: the LayerNorm output feeds two linears and
+    the residual add, and two of its channels are 20-30× the rest (as a BERT's are)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm = nn.LayerNorm(16)
+        self.q = nn.Linear(16, 16)
+        self.k = nn.Linear(16, 16)
+        with torch.no_grad():
+            self.norm.weight[3] = 30.0
+            self.norm.weight[11] = -20.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        return self.q(h) * self.k(h) + h
+
+
+def normalized_block() -> nn.Module:
+    return NormalizedBlock().eval()

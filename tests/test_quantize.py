@@ -49,6 +49,7 @@ def test_auto_lists_every_candidate_and_keeps_the_least_drift(digits_int8_auto):
         corrections = [False] if target == "ptl" else [False, True]
         assert [(c["method"], c["bias_correction"]) for c in cal["candidates"]] == [
             (m, b) for m in BACKEND_METHODS[target] for b in corrections]
+        assert not any(c["smooth_quant"] for c in cal["candidates"])  # no linears reading a normalization
         best = max(cal["candidates"], key=lambda c: c["sqnr_db"])
         assert cal["method"] == best["method"]
         assert r.artifact.meta["quantization"]["bias_correction"] == best["bias_correction"]

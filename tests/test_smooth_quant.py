@@ -8,24 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from edgekit.calibration import smooth_quant  # noqa: E402
-
-
-class Block(torch.nn.Module):
-    """A post-LN encoder's pattern: the LayerNorm output feeds two linears and the residual add."""
-
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.norm = torch.nn.LayerNorm(16)
-        self.q = torch.nn.Linear(16, 16)
-        self.k = torch.nn.Linear(16, 16)
-        with torch.no_grad():  # two outlier channels, as a BERT's LayerNorm output has
-            self.norm.weight[3] = 30.0
-            self.norm.weight[11] = -20.0
-
-    def forward(self, x):
-        h = self.norm(x)
-        return self.q(h) * self.k(h) + h
+from tests.conftest import run_cli  # noqa: E402
+from tests.models import normalized_block  # noqa: E402
 
 
 def _samples(n=8):
@@ -39,7 +23,7 @@ def test_scales_follow_the_formula_and_leave_dead_channels_alone():
 
 
 def test_pt2e_smoothing_keeps_the_function_and_flattens_the_linears_input():
-    block = Block().eval()
+    block = normalized_block()
     samples = _samples()
     original = {n: p.detach().clone() for n, p in block.named_parameters()}
     module = torch.export.export(block, samples[0]).module()
@@ -62,7 +46,7 @@ def test_onnx_smoothing_keeps_the_function(tmp_path):
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
 
-    block = Block().eval()
+    block = normalized_block()
     samples = _samples()
     path = tmp_path / "block.onnx"
     torch.onnx.export(block, samples[0], str(path), input_names=["x"], dynamo=True, external_data=False)
@@ -80,3 +64,24 @@ def test_a_model_without_normalized_linears_is_left_as_it_is(tmp_path):
     module = torch.export.export(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval(),
                                  (torch.randn(1, 4),)).module()
     assert smooth_quant.smooth_pt2e(module, iter([(torch.randn(1, 4),)])) == []
+
+
+@pytest.mark.slow
+def test_auto_tries_every_method_with_and_without_smooth_quant_and_bias_correction(tmp_path):
+    import json
+
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=np.random.default_rng(0).standard_normal((40, 1, 4, 16)).astype(np.float32))
+    p = run_cli("convert", "tests.models:normalized_block", "--input-shape", "x=1,4,16", "-t", "onnx", "--int8",
+                "--calib", calib, "--calib-method", "auto", "--out", tmp_path / "out", "--json")
+    assert p.returncode == 0, p.stderr
+    artifact = json.loads(p.stdout)["artifacts"][0]
+    candidates = artifact["calibration"]["candidates"]
+    assert [(c["method"], c["smooth_quant"], c["bias_correction"]) for c in candidates] == [
+        (m, sq, bc) for m in ("minmax", "percentile", "entropy") for sq in (False, True) for bc in (False, True)]
+    by = {(c["method"], c["smooth_quant"], c["bias_correction"]): c["sqnr_db"] for c in candidates}
+    assert by[("minmax", True, False)] != by[("minmax", False, False)]  # SmoothQuant changed the int8 model
+    best = max(candidates, key=lambda c: c["sqnr_db"])
+    assert artifact["calibration"]["method"] == best["method"]
+    assert artifact["quantization"]["smooth_quant"] == best["smooth_quant"]
+    assert artifact["quantization"]["bias_correction"] == best["bias_correction"]
