@@ -27,7 +27,7 @@ from edgekit.calibration.sources import CalibrationSpec
 from edgekit.errors import BadInput, ConversionFailed
 from edgekit.graph import Graph, Plan
 from edgekit.loading import Source, SourceOptions
-from edgekit.quant import PASSES, LayerOverride, QuantSpec
+from edgekit.quant import PASSES, LayerOverride, QuantSpec, auto_specs
 from edgekit.quiet import captured, private_dir, temp_files_in
 from edgekit.search import SEARCH_FRACTION
 from edgekit.verify import THRESHOLDS, Verdict, compare, only_near_ties
@@ -430,17 +430,12 @@ class _Job:
         linears reading a normalization; a pass asked for is on in every candidate); keep the one with
         the least drift on held-out samples. Returns its artifact, its spec and the record of the
         candidates."""
-        from itertools import product
-
         from edgekit.runners import run_isolated
 
         held_out, held_ref = self.selection
-        base = self.req.spec(self.req.calib_method)
-        free = [p for p in self._passes(step.converter) if not getattr(base, p)]
         tried = []
-        for method, *on in product(step.converter.methods, *([False, True] for _ in free)):
-            spec = replace(base, method=method, **dict(zip(free, on)))
-            passes = [p for p in PASSES if getattr(spec, p)]
+        for spec in auto_specs(self.req.spec(self.req.calib_method), step.converter.methods, self._passes(step.converter)):
+            method, passes = spec.method, [p for p in PASSES if getattr(spec, p)]
             artifact = self._route(target, plan, tmp / "+".join([method, *passes]), spec)
             m = compare(held_ref, run_isolated(artifact, held_out.inputs)[0], {}).metrics["output_0"]
             tried.append((artifact, spec, {"method": method, "bias_correction": spec.bias_correction,

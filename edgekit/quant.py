@@ -67,6 +67,16 @@ class QuantSpec:
                 "overrides": [o.to_json() for o in self.overrides]}
 
 
+def auto_specs(base: QuantSpec, methods, passes) -> list[QuantSpec]:
+    """`--calib-method auto`'s candidates: every method, each with every combination of the whole-model
+    `passes` (PASSES names) that `base` does not already turn on, the passes off first."""
+    from itertools import product
+
+    free = [p for p in passes if not getattr(base, p)]
+    return [replace(base, method=method, **dict(zip(free, on)))
+            for method, *on in product(methods, *([False, True] for _ in free))]
+
+
 def parse_overrides(items) -> tuple[LayerOverride, ...]:
     """`--keep LAYER=float` / `--keep LAYER=int16` (a bare LAYER means float)."""
     out = []

@@ -8,7 +8,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from edgekit.calibration import smooth_quant  # noqa: E402
-from tests.conftest import run_cli  # noqa: E402
 from tests.models import normalized_block  # noqa: E402
 
 
@@ -50,6 +49,9 @@ def test_onnx_smoothing_keeps_the_function(tmp_path):
     samples = _samples()
     path = tmp_path / "block.onnx"
     torch.onnx.export(block, samples[0], str(path), input_names=["x"], dynamo=True, external_data=False)
+    from edgekit.loading import open_source
+
+    assert smooth_quant.applies(open_source(str(path)))
     inserted = smooth_quant.smooth_onnx(path, tmp_path / "smoothed.onnx", ({"x": s[0].numpy()} for s in samples))
     assert inserted, [n.op_type for n in onnx.load(str(path)).graph.node]
     x = {"x": samples[0][0].numpy()}
@@ -66,22 +68,18 @@ def test_a_model_without_normalized_linears_is_left_as_it_is(tmp_path):
     assert smooth_quant.smooth_pt2e(module, iter([(torch.randn(1, 4),)])) == []
 
 
-@pytest.mark.slow
-def test_auto_tries_every_method_with_and_without_smooth_quant_and_bias_correction(tmp_path):
-    import json
+def test_auto_tries_every_method_with_every_combination_of_the_passes():
+    from edgekit.quant import QuantSpec, auto_specs
 
-    calib = tmp_path / "calib.npz"
-    np.savez(calib, x=np.random.default_rng(0).standard_normal((40, 1, 4, 16)).astype(np.float32))
-    p = run_cli("convert", "tests.models:normalized_block", "--input-shape", "x=1,4,16", "-t", "onnx", "--int8",
-                "--calib", calib, "--calib-method", "auto", "--out", tmp_path / "out", "--json")
-    assert p.returncode == 0, p.stderr
-    artifact = json.loads(p.stdout)["artifacts"][0]
-    candidates = artifact["calibration"]["candidates"]
-    assert [(c["method"], c["smooth_quant"], c["bias_correction"]) for c in candidates] == [
-        (m, sq, bc) for m in ("minmax", "percentile", "entropy") for sq in (False, True) for bc in (False, True)]
-    by = {(c["method"], c["smooth_quant"], c["bias_correction"]): c["sqnr_db"] for c in candidates}
-    assert by[("minmax", True, False)] != by[("minmax", False, False)]  # SmoothQuant changed the int8 model
-    best = max(candidates, key=lambda c: c["sqnr_db"])
-    assert artifact["calibration"]["method"] == best["method"]
-    assert artifact["quantization"]["smooth_quant"] == best["smooth_quant"]
-    assert artifact["quantization"]["bias_correction"] == best["bias_correction"]
+    specs = auto_specs(QuantSpec("int8", "auto"), ("minmax", "mse"), ("smooth_quant", "bias_correction"))
+    assert [(s.method, s.smooth_quant, s.bias_correction) for s in specs] == [
+        (m, sq, bc) for m in ("minmax", "mse") for sq in (False, True) for bc in (False, True)]
+    asked = auto_specs(QuantSpec("int8", "auto", smooth_quant=True), ("minmax",), ("smooth_quant", "bias_correction"))
+    assert [(s.smooth_quant, s.bias_correction) for s in asked] == [(True, False), (True, True)]  # asked for: always on
+
+
+def test_smooth_quant_applies_to_models_with_linears_reading_a_normalization(tmp_path):
+    from edgekit.loading import SourceOptions, open_source
+
+    assert smooth_quant.applies(open_source("tests.models:normalized_block", SourceOptions(input_shapes=("x=1,4,16",))))
+    assert not smooth_quant.applies(open_source("tests.models:one_bad_layer", SourceOptions(input_shapes=("x=1,1,8,8",))))
