@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-ALPHA = 0.85  # measured on MiniLM-L6 (README): 0.5, the paper's default, smooths less and gains less
+ALPHA = 0.7  # measured on MiniLM-L6 on every target (README): 0.5, the paper's default, and 0.85 gain less
 SAMPLES = 32
 MIN_SCALE = 1e-5
 SMOOTHING_NAME = "smooth_quant"  # the inserted Mul nodes' names start with it

@@ -429,23 +429,29 @@ class _Job:
         worth trying (bias correction where the backend has it, SmoothQuant where the model also has
         linears reading a normalization; a pass asked for is on in every candidate); keep the one with
         the least drift on held-out samples. Returns its artifact, its spec and the record of the
-        candidates."""
+        candidates. A candidate the backend fails on is recorded with its error and left out."""
         from edgekit.runners import run_isolated
 
         held_out, held_ref = self.selection
-        tried = []
+        tried, failed = [], []
         for spec in auto_specs(self.req.spec(self.req.calib_method), step.converter.methods, self._passes(step.converter)):
             method, passes = spec.method, [p for p in PASSES if getattr(spec, p)]
-            artifact = self._route(target, plan, tmp / "+".join([method, *passes]), spec)
+            what = f"{target.name}: {method} calibration{''.join(' with ' + PASSES[p] for p in passes)}"
+            record = {"method": method, "bias_correction": spec.bias_correction, "smooth_quant": spec.smooth_quant}
+            try:
+                artifact = self._route(target, plan, tmp / "+".join([method, *passes]), spec)
+            except ConversionFailed as e:
+                failed.append((e, {**record, "error": e.message}))
+                self.say(f"{what}: failed ({e.message})")
+                continue
             m = compare(held_ref, run_isolated(artifact, held_out.inputs)[0], {}).metrics["output_0"]
-            tried.append((artifact, spec, {"method": method, "bias_correction": spec.bias_correction,
-                                           "smooth_quant": spec.smooth_quant, "sqnr_db": m["sqnr_db"],
-                                           "cosine": m["cosine"], "max_abs": m["max_abs"]}))
-            self.say(f"{target.name}: {method} calibration{''.join(' with ' + PASSES[p] for p in passes)}: "
-                     f"cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
+            tried.append((artifact, spec, {**record, "sqnr_db": m["sqnr_db"], "cosine": m["cosine"], "max_abs": m["max_abs"]}))
+            self.say(f"{what}: cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
+        if not tried:
+            raise failed[0][0]
         best_artifact, best_spec, best = max(tried, key=lambda t: _drift_rank(t[2]))
         return best_artifact, best_spec, {"method": best["method"], "requested": AUTO, "held_out_samples": len(held_out),
-                                          "candidates": [c for _, _, c in tried]}
+                                          "candidates": [c for _, _, c in tried] + [c for _, c in failed]}
 
 
 def build(plan: Plan, ctx: ConvertContext, stem: str, say: Progress) -> ModelArtifact:
