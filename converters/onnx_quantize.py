@@ -83,7 +83,15 @@ class OnnxQuantize(Converter):
         calibrator = create_calibrator(str(prepared), calibrate_method=method,
                                        augmented_model_path=str(ctx.work_dir / "augmented.onnx"),
                                        extra_options={"num_bins": ENTROPY_BINS} if ctx.spec.method == "entropy" else {})
-        calibrator.collect_data(reader)
+        try:
+            calibrator.collect_data(reader)
+        except ValueError as e:
+            if "finite-sized bins" not in str(e):
+                raise
+            raise ConversionFailed(
+                f"onnxruntime's {ctx.spec.method} calibrator cannot make a histogram of a tensor whose range is "
+                f"not finite in float32 (an additive attention mask spans -3.4e38..0): {first_line(e)}",
+                fix="use --calib-method minmax or percentile, or auto (it leaves out a method that fails)") from e
         ranges = calibrator.compute_data()
         cache = ctx.work_dir / "ranges.json"
         save_tensors_data(ranges, cache)
