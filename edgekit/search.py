@@ -7,8 +7,8 @@ the eval samples the final verdict uses). When a budget is missed, the whole-mod
 has and the model can use are tried first, one step each: SmoothQuant for a transformer's linears
 (edgekit.calibration.smooth_quant), then bias correction (edgekit.calibration.bias_correction). They
 keep every layer int8, and each is kept like any step, only if it helps. When a budget is still
-missed, the layers are ranked by the SQNR each one loses (edgekit.attribution: one trace of the model, not one conversion per layer) and moved
-back one at a time, the worst first, to the backend's fallback precisions in order (int16
+missed, the layers are ranked by the SQNR each one loses (edgekit.attribution: one trace of the
+model, not one conversion per layer) and moved back one at a time, the worst first, to the backend's fallback precisions in order (int16
 activations where it has them, then float): reconvert, re-measure, and keep the step only if it
 moves the continuous budget metrics (all but top-1 agreement, which moves by whole samples; the
 output SQNR when only top-1 is budgeted) and brings the model closer to its budgets, by at least
