@@ -3,24 +3,24 @@
     edgekit convert model.pt2 -t tflite --int8 --calib c.npz --eval e.npz --budget cosine=0.99
 
 The model is converted fully int8 and measured in its runtime on held-out calibration samples (never
-the eval samples the final verdict uses). When a budget is missed, the whole-model passes the backend
-has and the model can use are tried first, one step each: SmoothQuant for a transformer's linears
-(edgekit.calibration.smooth_quant), then bias correction (edgekit.calibration.bias_correction). They
-keep every layer int8, and each is kept like any step, only if it helps. When a budget is still
-missed, the layers are ranked by the SQNR each one loses (edgekit.attribution: one trace of the
-model, not one conversion per layer) and moved back one at a time, the worst first, to the backend's fallback precisions in order (int16
-activations where it has them, then float): reconvert, re-measure, and keep the step only if it
-moves the continuous budget metrics (all but top-1 agreement, which moves by whole samples; the
-output SQNR when only top-1 is budgeted) and brings the model closer to its budgets, by at least
-MIN_GAIN of the remaining gap or by a large move of those metrics (see `Search._verdict`);
-otherwise undo it. After each kept layer the model is
-ranked again: what a layer loses depends on what reaches it. The search stops when every budget
-holds, when the step limit is reached, when no ranked layer is left, or before any layer step when
-only top-1 agreement is missed and every disagreeing sample is a near-tie in the source model (its
-top two scores all but equal: no layer kept back can be shown to mend a coin flip); a step whose
-result would leave less than the floor of weight bytes in int8 is undone. The result is never worse than full
-int8 on the search samples (only improving steps are kept), and every layer kept back comes with
-what it contributed.
+the eval samples the final verdict uses). When a budget is missed, the whole-model passes the
+backend has and the model can use are tried first, one step each: SmoothQuant for a transformer's
+linears (edgekit.calibration.smooth_quant), then bias correction
+(edgekit.calibration.bias_correction). They keep every layer int8, and each is kept like any step,
+only if it helps. When a budget is still missed, the layers are ranked by the SQNR each one loses
+(edgekit.attribution: one trace of the model, not one conversion per layer) and moved back one at a
+time, the worst first, to the backend's fallback precisions in order (int16 activations where it has
+them, then float): reconvert, re-measure, and keep the step only if it moves the continuous budget
+metrics (all but top-1 agreement, which moves by whole samples; the output SQNR when only top-1 is
+budgeted) and brings the model closer to its budgets, by at least MIN_GAIN of the remaining gap or
+by a large move of those metrics (see `Search._verdict`); otherwise undo it. After each kept layer
+the model is ranked again: what a layer loses depends on what reaches it. The search stops when
+every budget holds, when the step limit is reached, when no ranked layer is left, or before any
+layer step when only top-1 agreement is missed and every disagreeing sample is a near-tie in the
+source model (its top two scores all but equal: no layer kept back can be shown to mend a coin
+flip); a step whose result would leave less than the floor of weight bytes in int8 is undone. The
+result is never worse than full int8 on the search samples (only improving steps are kept), and
+every layer kept back comes with what it contributed.
 
 The loop itself (`Search.run`) is pure: it takes a function that converts and measures a spec and a
 function that ranks layers, so the pipeline plugs in the real converters and runtimes.
