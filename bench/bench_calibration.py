@@ -20,26 +20,11 @@ are indicative.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import importlib.util
 import json
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-
-def _bench_int8_real():
-    spec = importlib.util.spec_from_file_location("bench_int8_real", HERE / "bench_int8_real.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-R = _bench_int8_real()
+import bench_int8_real as R  # beside this script, which Python puts first on the path
 SIDES = {"minmax": (), "+sq": ("--smooth-quant",), "+bc": ("--bias-correction",), "auto": ("--calib-method", "auto")}
 
 
@@ -83,33 +68,21 @@ def print_table(rows) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="efficientnet_lite0,minilm_l6,nudenet_320n")
-    parser.add_argument("--targets", default=",".join(R.TORCH_TARGETS))
-    parser.add_argument("--work", type=Path, default=None, help="build folder for the models (default: temp dir)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
-    args = parser.parse_args(argv)
-    rm = R.real_models()
-    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    with contextlib.ExitStack() as stack:
-        work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-calib-")))
-        work.mkdir(parents=True, exist_ok=True)
+    args = R.bench_args(__doc__, argv)
+    with R.work_folder(args, "bench-calib-") as work:
         started, rows = time.perf_counter(), []
-        for name in (n.strip() for n in args.models.split(",") if n.strip()):
-            m = rm.MODELS[name](work)
+        for name, m, target, base in R.cases(args, work, "calib-"):
             sides = [s for s in SIDES if s != "+sq" or smoothable(m)]
-            for target in [t for t in targets if m.source.suffix != ".onnx" or t == "onnx"]:
-                base = Path(tempfile.mkdtemp(prefix=f"calib-{name}-{target}-", dir=work))
-                print(f"{name} {target}: {', '.join(['raw', *sides])} …", flush=True)
-                fp32_onnx = None
-                if target == "onnx" and m.source.suffix != ".onnx":  # the raw quantizer needs edgekit's fp32 .onnx
-                    fp32_onnx = (R.edgekit_convert(m, target, False, base / "fp32").get("artifact") or {}).get("path")
-                rows.append(row(name, target, "raw", R.raw_side(m, target, fp32_onnx, base / "raw"), m.kind))
-                for side in sides:
-                    rows.append(row(name, target, side, R.edgekit_convert(m, target, True, base / side, SIDES[side]),
-                                    m.kind))
-                    r = rows[-1]
-                    print(f"  {side:6} {r['result']}  cosine={r['cosine']}  sqnr={r['sqnr_db']}  {r['chosen']}", flush=True)
+            print(f"{name} {target}: {', '.join(['raw', *sides])} …", flush=True)
+            fp32_onnx = None
+            if target == "onnx" and m.source.suffix != ".onnx":  # the raw quantizer needs edgekit's fp32 .onnx
+                fp32_onnx = (R.edgekit_convert(m, target, False, base / "fp32").get("artifact") or {}).get("path")
+            rows.append(row(name, target, "raw", R.raw_side(m, target, fp32_onnx, base / "raw"), m.kind))
+            for side in sides:
+                rows.append(row(name, target, side, R.edgekit_convert(m, target, True, base / side, SIDES[side]),
+                                m.kind))
+                r = rows[-1]
+                print(f"  {side:6} {r['result']}  cosine={r['cosine']}  sqnr={r['sqnr_db']}  {r['chosen']}", flush=True)
         total = time.perf_counter() - started
     print(f"\nint8 calibration on real models, verified by edgekit on the eval samples ({total:.0f} s in all)\n")
     print_table(rows)

@@ -17,21 +17,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _real_models():
-    spec = importlib.util.spec_from_file_location("real_models", REPO / "sample_models" / "real_models.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_int8_real import real_models  # beside this script, which Python puts first on the path
 
 
 def fold(conv, bn):
@@ -65,7 +57,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=None, help="build folder for the model (default: temp dir)")
     args = parser.parse_args(argv)
-    rm = _real_models()
+    rm = real_models()
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-cle-"))
     m = rm.efficientnet_lite0(work)
     x = torch.from_numpy(np.load(m.eval)["x"].reshape(-1, 3, 224, 224))

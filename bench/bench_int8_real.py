@@ -255,37 +255,56 @@ def print_table(rows):
         print(f"* {r['model']} {r['target']} {r['side']}: {r['result']}" + (f" — {r['note']}" if r["note"] else ""))
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+# ----------------------------------------------------------------------------- the loop every real-model bench runs
+def bench_args(doc: str, argv=None) -> argparse.Namespace:
+    """The options the real-model benchmarks share: --models, --targets, --work, --json."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--models", default="efficientnet_lite0,minilm_l6,nudenet_320n")
     parser.add_argument("--targets", default=",".join(TORCH_TARGETS))
     parser.add_argument("--work", type=Path, default=None, help="build folder for the models (default: temp dir)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def work_folder(args, prefix: str):
+    """--work, or a temporary folder removed at the end."""
+    with contextlib.ExitStack() as stack:
+        work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+        work.mkdir(parents=True, exist_ok=True)
+        yield work
+
+
+def cases(args, work: Path, prefix: str = ""):
+    """(name, model, target, a fresh folder) for every real model × target asked for; an ONNX model
+    goes to onnx only."""
     rm = real_models()
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    with contextlib.ExitStack() as stack:
-        work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-int8-")))
-        work.mkdir(parents=True, exist_ok=True)
+    for name in (n.strip() for n in args.models.split(",") if n.strip()):
+        m = rm.MODELS[name](work)
+        for target in [t for t in targets if m.source.suffix != ".onnx" or t == "onnx"]:
+            yield name, m, target, Path(tempfile.mkdtemp(prefix=f"{prefix}{name}-{target}-", dir=work))
+
+
+def main(argv=None) -> int:
+    args = bench_args(__doc__, argv)
+    with work_folder(args, "bench-int8-") as work:
         started, rows = time.perf_counter(), []
-        for name in (n.strip() for n in args.models.split(",") if n.strip()):
-            m = rm.MODELS[name](work)
-            for target in [t for t in targets if m.source.suffix != ".onnx" or t == "onnx"]:
-                base = Path(tempfile.mkdtemp(prefix=f"{name}-{target}-", dir=work))
-                print(f"{name} {target}: edgekit fp32, edgekit int8, raw int8 …", flush=True)
-                if m.source.suffix == f".{EXT[target]}":  # edgekit refuses fp32 onnx → onnx: nothing to convert
-                    fp32 = {"exit": 0, "error": None, "artifact": {"bytes": m.source.stat().st_size}}
-                else:
-                    fp32 = edgekit_convert(m, target, False, base / "fp32")
-                fp32_art = fp32["artifact"] or {}
-                ours = edgekit_convert(m, target, True, base / "int8")
-                raw = raw_side(m, target, fp32_art.get("path"), base / "raw")
-                for side, row in (("edgekit", ours), ("raw", raw)):
-                    rows.append(summarize(name, target, side, row, fp32_art.get("bytes"), m.kind))
-                    r = rows[-1]
-                    print(f"  {side:7} {r['result']}  cosine={r['cosine']}  wall={r['wall_s']:.1f}s", flush=True)
-                if fp32["error"] or fp32["exit"]:
-                    print(f"  (fp32 run: exit {fp32['exit']} {fp32['error'] or ''})", flush=True)
+        for name, m, target, base in cases(args, work):
+            print(f"{name} {target}: edgekit fp32, edgekit int8, raw int8 …", flush=True)
+            if m.source.suffix == f".{EXT[target]}":  # edgekit refuses fp32 onnx → onnx: nothing to convert
+                fp32 = {"exit": 0, "error": None, "artifact": {"bytes": m.source.stat().st_size}}
+            else:
+                fp32 = edgekit_convert(m, target, False, base / "fp32")
+            fp32_art = fp32["artifact"] or {}
+            ours = edgekit_convert(m, target, True, base / "int8")
+            raw = raw_side(m, target, fp32_art.get("path"), base / "raw")
+            for side, row in (("edgekit", ours), ("raw", raw)):
+                rows.append(summarize(name, target, side, row, fp32_art.get("bytes"), m.kind))
+                r = rows[-1]
+                print(f"  {side:7} {r['result']}  cosine={r['cosine']}  wall={r['wall_s']:.1f}s", flush=True)
+            if fp32["error"] or fp32["exit"]:
+                print(f"  (fp32 run: exit {fp32['exit']} {fp32['error'] or ''})", flush=True)
         total = time.perf_counter() - started
         (work / "raw-calls.log").write_text("\n".join(RAW_LOG))
     print(f"\nint8: edgekit vs raw library calls, verified by edgekit on the eval samples ({total:.0f} s in all)\n")

@@ -20,27 +20,12 @@ ended (met | exhausted | steps | no-fallback). The machine may be shared: second
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import importlib.util
 import json
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-
-def _bench_int8_real():
-    spec = importlib.util.spec_from_file_location("bench_int8_real", HERE / "bench_int8_real.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-R = _bench_int8_real()
+import bench_int8_real as R  # beside this script, which Python puts first on the path
 
 
 def budgets(m) -> list[str]:
@@ -100,34 +85,22 @@ def print_table(rows):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="efficientnet_lite0,minilm_l6,nudenet_320n")
-    parser.add_argument("--targets", default=",".join(R.TORCH_TARGETS))
-    parser.add_argument("--work", type=Path, default=None, help="build folder for the models (default: temp dir)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
-    args = parser.parse_args(argv)
-    rm = R.real_models()
-    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    with contextlib.ExitStack() as stack:
-        work = args.work or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-search-")))
-        work.mkdir(parents=True, exist_ok=True)
+    args = R.bench_args(__doc__, argv)
+    with R.work_folder(args, "bench-search-") as work:
         started, rows = time.perf_counter(), []
-        for name in (n.strip() for n in args.models.split(",") if n.strip()):
-            m = rm.MODELS[name](work)
-            for target in [t for t in targets if m.source.suffix != ".onnx" or t == "onnx"]:
-                base = Path(tempfile.mkdtemp(prefix=f"search-{name}-{target}-", dir=work))
-                print(f"{name} {target}: edgekit full int8, edgekit search {budgets(m)}, raw int8 …", flush=True)
-                full = guarded(R.edgekit_convert, m, target, True, base / "int8")
-                search = guarded(search_convert, m, target, base / "search")
-                fp32_onnx = None
-                if target == "onnx" and m.source.suffix != ".onnx":  # the raw quantizer needs edgekit's fp32 .onnx
-                    fp32_onnx = (guarded(R.edgekit_convert, m, target, False, base / "fp32").get("artifact") or {}).get("path")
-                raw = guarded(R.raw_side, m, target, fp32_onnx, base / "raw")
-                for side, run in (("full", full), ("search", search), ("raw", raw)):
-                    rows.append(row_of(name, target, side, run, m, full.get("wall_s")))
-                    r = rows[-1]
-                    print(f"  {side:6} {r['result']}  cosine={r['cosine']}  kept={r['kept']}  wall={r['wall_s'] or 0:.1f}s",
-                          flush=True)
+        for name, m, target, base in R.cases(args, work, "search-"):
+            print(f"{name} {target}: edgekit full int8, edgekit search {budgets(m)}, raw int8 …", flush=True)
+            full = guarded(R.edgekit_convert, m, target, True, base / "int8")
+            search = guarded(search_convert, m, target, base / "search")
+            fp32_onnx = None
+            if target == "onnx" and m.source.suffix != ".onnx":  # the raw quantizer needs edgekit's fp32 .onnx
+                fp32_onnx = (guarded(R.edgekit_convert, m, target, False, base / "fp32").get("artifact") or {}).get("path")
+            raw = guarded(R.raw_side, m, target, fp32_onnx, base / "raw")
+            for side, run in (("full", full), ("search", search), ("raw", raw)):
+                rows.append(row_of(name, target, side, run, m, full.get("wall_s")))
+                r = rows[-1]
+                print(f"  {side:6} {r['result']}  cosine={r['cosine']}  kept={r['kept']}  wall={r['wall_s'] or 0:.1f}s",
+                      flush=True)
         total = time.perf_counter() - started
         (work / "raw-calls-search.log").write_text("\n".join(R.RAW_LOG))
     print(f"\nint8: full vs accuracy-aware search vs raw library calls, verified by edgekit on the eval samples "

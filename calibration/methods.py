@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from edgekit.errors import BadInput
+from edgekit.quant import PASSES
 
 METHODS = ("minmax", "percentile", "entropy", "mse")
 AUTO = "auto"
@@ -35,16 +36,15 @@ def _targets_where(has) -> list[str]:
 
 
 def _lacks(conv, method: str, spec) -> str | None:
-    """What the int8 converter `conv` lacks of what was asked ("method", "int8_io", "bias_correction",
-    "smooth_quant" or "overrides"), else None."""
+    """What the int8 converter `conv` lacks of what was asked ("method", "int8_io", a whole-model pass
+    of edgekit.quant.PASSES or "overrides"), else None."""
     if method != AUTO and method not in conv.methods:
         return "method"
     if spec.int8_io and not conv.int8_io:
         return "int8_io"
-    if spec.bias_correction and not conv.bias_correction:
-        return "bias_correction"
-    if spec.smooth_quant and not conv.smooth_quant:
-        return "smooth_quant"
+    for name in PASSES:
+        if getattr(spec, name) and not getattr(conv, name):
+            return name
     if any(o.precision not in conv.fallbacks for o in spec.overrides):
         return "overrides"
     return None
@@ -61,10 +61,8 @@ def split_supported(plans, method: str, spec) -> tuple[list, list[tuple[str, str
             left_out.append((target.name, f"no '{method}' calibration (it has {', '.join(step.converter.methods)})"))
         elif lack == "int8_io":
             left_out.append((target.name, "no integer inputs and outputs"))
-        elif lack == "bias_correction":
-            left_out.append((target.name, "no bias correction"))
-        elif lack == "smooth_quant":
-            left_out.append((target.name, "no SmoothQuant"))
+        elif lack in PASSES:
+            left_out.append((target.name, f"no {PASSES[lack]}"))
         elif lack == "overrides":
             left_out.append((target.name, "cannot keep layers at " + ", ".join(sorted({o.precision for o in spec.overrides}
                                                                                        - set(step.converter.fallbacks)))))

@@ -180,7 +180,8 @@ def smooth_onnx(model_path: Path, out_path: Path, samples) -> list[str]:
     if not groups:
         onnx.save(model, str(out_path))
         return []
-    probe = onnx.load(str(model_path))
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)  # before any change: the float outputs to measure
     probe.graph.output.extend(onnx.ValueInfoProto(name=t) for t in groups)
     options = ort.SessionOptions()  # as onnxruntime's calibrator runs it: the pre-processed model as it is
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

@@ -112,8 +112,12 @@ class OnnxQuantize(Converter):
 
             reader.rewind()
             onnx_bias_correction.correct(out_path, prepared, iter(reader.get_next, None), ctx.work_dir)
-        int8_weights_only(out_path, keep=set(kept))
-        float_weights_stay_float(out_path)
+        import onnx
+
+        model = onnx.load(str(out_path))
+        int8_weights_only(model.graph, keep=set(kept))
+        float_weights_stay_float(model.graph)
+        onnx.save(model, str(out_path))
 
 
 def layer_nodes(model: Path, layers: tuple[str, ...]) -> dict[str, list]:
@@ -293,17 +297,14 @@ def keep_float(model: Path) -> list[str]:
     return out
 
 
-def int8_weights_only(path: Path, keep: set[str] = frozenset()) -> None:
+def int8_weights_only(graph, keep: set[str] = frozenset()) -> None:
     """Store the float weights that quantization left (MatMul/Gemm kept float, embedding tables) as
     int8, per output channel or row, behind a DequantizeLinear: int8 in the file, float
     arithmetic at run time. The nodes named in `keep` (layers the spec keeps float) keep float
-    weights."""
+    weights. Changes `graph` (an ONNX GraphProto) in place."""
     import numpy as np
-    import onnx
     from onnx import helper, numpy_helper
 
-    model = onnx.load(str(path))
-    graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     nodes = list(graph.node)
     for node in nodes:
@@ -335,23 +336,21 @@ def int8_weights_only(path: Path, keep: set[str] = frozenset()) -> None:
         for consumer in graph.node:
             consumer.input[:] = [dq.output[0] if i == name else i for i in consumer.input]
         graph.node.insert(list(graph.node).index(node), dq)
-    onnx.save(model, str(path))
 
 
-def float_weights_stay_float(path: Path) -> None:
+def float_weights_stay_float(graph) -> None:
     """Keep the float weights of a Conv, ConvTranspose or Gemm that reads a quantized activation float
     at run time. onnxruntime's WeightBiasQuantization graph transformer (basic level, so on by default
     and baked into `.ort` files) quantizes such a weight to int8 *per tensor* when the node's input
     comes from a DequantizeLinear with a single scale: a layer kept float becomes a layer with worse
     weights than full int8 (one outlier weight rounds the rest of the tensor to zero). The transformer
     only matches a per-tensor DequantizeLinear, so the node's input is dequantized per channel (axis 1)
-    with the same scale and zero point repeated: the same values, a form it leaves alone."""
+    with the same scale and zero point repeated: the same values, a form it leaves alone. Changes
+    `graph` (an ONNX GraphProto) in place."""
     import numpy as np
     import onnx
     from onnx import helper, numpy_helper
 
-    model = onnx.load(str(path))
-    graph = model.graph
     inits = {i.name: i for i in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output}
     added = []
@@ -385,8 +384,6 @@ def float_weights_stay_float(path: Path) -> None:
         node.input[0] = f"{name}_Output"
     for node, per_channel in added:
         graph.node.insert(list(graph.node).index(node), per_channel)
-    if added:
-        onnx.save(model, str(path))
 
 
 def _numel(tensor) -> int:

@@ -285,8 +285,7 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
                 source_options=m.source_options(trust),
                 calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == "int8" else None,
                 calib_method=m.calib_method,
-                bias_correction=precision == "int8" and (m.bias_correction or bool(seed and seed["bias_correction"])),
-                smooth_quant=precision == "int8" and (m.smooth_quant or bool(seed and seed["smooth_quant"])),
+                **{p: precision == "int8" and (getattr(m, p) or bool(seed and seed[p])) for p in PASSES},
                 overrides=tuple(LayerOverride(o["layer"], o["precision"]) for o in (seed or {}).get("overrides", ())),
                 **({"budgets": parse_budgets({k: v for k, v in m.budget(precision).items() if k in _OUTPUT_METRICS}),
                     **m.search} if searching else {}),
@@ -344,8 +343,7 @@ def _judge(m: ModelCheck, r, result, precision: str) -> Case:
                 r.bytes, r.verdict.metrics, acc, r.artifact.path,
                 r.artifact.meta.get("seconds") or 0.0, hashes, dict(r.artifact.meta.get("tool_versions", {})),
                 budget=budget, overrides=tuple(quantization.get("overrides", ())),
-                bias_correction=bool(quantization.get("bias_correction")),
-                smooth_quant=bool(quantization.get("smooth_quant")), search=r.artifact.meta.get("search"))
+                search=r.artifact.meta.get("search"), **{p: bool(quantization.get(p)) for p in PASSES})
 
 
 def _wants_layers(c: Case, attribution: str) -> bool:

@@ -98,12 +98,11 @@ def check_expressible(spec: QuantSpec, converter, target: str) -> None:
         raise BadInput(f"the {target} backend quantizes to 8-bit weights and activations, not "
                        f"w{spec.weight_bits}a{spec.activation_bits}",
                        fix="keep single layers at int16 activations with --keep LAYER=int16 where the backend has it")
-    if spec.bias_correction and not converter.bias_correction:
-        raise BadInput(f"the {target} backend has no bias correction",
-                       fix="drop --bias-correction for this target (tflite from torch sources, executorch and onnx have it)")
-    if spec.smooth_quant and not converter.smooth_quant:
-        raise BadInput(f"the {target} backend has no SmoothQuant",
-                       fix="drop --smooth-quant for this target (tflite from torch sources, executorch and onnx have it)")
+    for name, label in PASSES.items():
+        if getattr(spec, name) and not getattr(converter, name):
+            raise BadInput(f"the {target} backend has no {label}",
+                           fix=f"drop --{name.replace('_', '-')} for this target (tflite from torch sources, "
+                               "executorch and onnx have it)")
     if spec.granularity not in converter.granularities:
         raise BadInput(f"the {target} backend has no {spec.granularity.replace('_', '-')} weight quantization",
                        fix=f"use {' or '.join(g.replace('_', '-') for g in converter.granularities)}")

@@ -166,3 +166,11 @@ def test_the_percentile_observer_cuts_the_rare_outliers_that_minmax_keeps():
     assert abs(float(low) - expected[0]) < 0.15 and abs(float(high) - expected[1]) < 0.15  # one 2048th of the range
     assert float(minmax.max_val) == 50.0
     assert float(percentile.calculate_qparams()[0]) < float(minmax.calculate_qparams()[0]) / 5
+    # --calib-method percentile reaches the backend's config as this observer
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    quantizer = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config, method="percentile", dynamic=False)
+    assert isinstance(quantizer.global_config.input_activation.observer_or_fake_quant_ctr(), percentile_observer())
