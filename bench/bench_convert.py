@@ -97,14 +97,14 @@ RAW = {"tflite": raw_tflite, "pte": raw_pte, "onnx": raw_onnx}
 def edgekit_convert(target_format, precision, samples, folder):
     from edgekit.graph import Graph
     from edgekit.loading import open_source
-    from edgekit.pipeline import ConvertContext
+    from edgekit.registry import ConvertContext
     from edgekit.quant import QuantSpec
     from edgekit.quiet import captured
     from edgekit.targets import by_format
 
     with captured():
         src = open_source(str(MODEL))
-        plan = Graph().plan(src.artifact.format, target_format, precision)
+        plan = Graph().route(src.artifact.format, target_format, precision)
         # The calibration method each backend uses by default: a histogram (mse) for PT2E, MinMax for ORT.
         ctx = ConvertContext(src, folder, samples,
                              QuantSpec(precision, "minmax" if target_format == "onnx" else "mse"))

@@ -20,7 +20,7 @@ from edgekit.artifact import ModelArtifact
 from edgekit.calibration.methods import mixed_scale
 from edgekit.errors import ConversionFailed, first_line
 from edgekit.formats import onnx_files
-from edgekit.registry import Converter
+from edgekit.registry import ConvertContext, Converter
 
 ENTROPY_BINS = 2048  # quantize_static's default (128) leaves entropy a single candidate: MinMax
 
@@ -41,7 +41,7 @@ class OnnxQuantize(Converter):
     cost = 1.0
     tools = ("onnx", "onnxruntime")
 
-    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         import onnx
 
         files = [str(out_path)]
@@ -65,7 +65,7 @@ class OnnxQuantize(Converter):
         prepared.unlink()
         return ModelArtifact("onnx", str(out_path), src.signature, precision, files=tuple(files))
 
-    def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx) -> None:
+    def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext) -> None:
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
         from onnxruntime.quantization import create_calibrator, save_tensors_data

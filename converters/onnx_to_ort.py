@@ -46,7 +46,7 @@ from edgekit import io_params
 from edgekit.artifact import ModelArtifact
 from edgekit.errors import ConversionFailed
 from edgekit.formats import ORT_CONFIG_SUFFIX
-from edgekit.registry import Converter
+from edgekit.registry import ConvertContext, Converter
 
 
 OPTIMIZATION_STYLE = "Fixed"
@@ -71,7 +71,7 @@ class OnnxToOrt(Converter):
     def accepts(cls, in_precision: str, out_precision: str) -> bool:
         return in_precision == out_precision and out_precision in cls.precisions
 
-    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         level = "layout" if precision == "fp16" else "all"
         work = ctx.work_dir / f"{out_path.stem}.ort-tool"
         model = _tool_input(src, work / "in")

@@ -9,7 +9,7 @@ from pathlib import Path
 from edgekit.artifact import ModelArtifact
 from edgekit.errors import ConversionFailed
 from edgekit.formats import onnx_files
-from edgekit.registry import Converter
+from edgekit.registry import ConvertContext, Converter
 
 OPSET = 17
 
@@ -24,7 +24,7 @@ class TfToOnnx(Converter):
     cost = 1.0
     tools = ("tensorflow", "tf2onnx", "onnx")
 
-    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         saved_model = ctx.source.saved_model(ctx.work_dir)
         # tf2onnx's command line is its supported interface for SavedModels.
         proc = subprocess.run(

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.artifact import ModelArtifact
-from edgekit.registry import Converter
+from edgekit.registry import ConvertContext, Converter
 
 
 class TfToTflite(Converter):
@@ -23,7 +23,7 @@ class TfToTflite(Converter):
     cost = 1.0
     tools = ("tensorflow",)
 
-    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         import tensorflow as tf
 
         converter = tf.lite.TFLiteConverter.from_saved_model(ctx.source.saved_model(ctx.work_dir))

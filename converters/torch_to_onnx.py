@@ -6,7 +6,7 @@ from pathlib import Path
 
 from edgekit.artifact import ModelArtifact
 from edgekit.formats import onnx_files
-from edgekit.registry import Converter
+from edgekit.registry import ConvertContext, Converter
 
 
 class TorchToOnnx(Converter):
@@ -18,7 +18,7 @@ class TorchToOnnx(Converter):
     cost = 1.0
     tools = ("torch", "onnx", "onnxscript")
 
-    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         import torch
 
         source = ctx.source

@@ -14,7 +14,7 @@ from pathlib import Path
 from edgekit import io_params
 from edgekit.artifact import ModelArtifact
 from edgekit.calibration import pt2e
-from edgekit.registry import Converter
+from edgekit.registry import ConvertContext, Converter
 
 
 class TorchToPte(Converter):
@@ -32,7 +32,7 @@ class TorchToPte(Converter):
     cost = 1.0
     tools = ("torch", "executorch", "torchao")
 
-    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         import torch
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import to_edge_transform_and_lower

@@ -39,7 +39,7 @@ import numpy as np
 
 from edgekit.artifact import ModelArtifact
 from edgekit.errors import ConversionFailed, first_line
-from edgekit.registry import Converter
+from edgekit.registry import ConvertContext, Converter
 
 METHODS = ("minmax", "mse")
 ENGINE = "qnnpack"
@@ -57,7 +57,7 @@ class TorchToPtl(Converter):
     cost = 1.5  # a legacy format: never the cheaper route when another one exists
     tools = ("torch",)
 
-    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         import torch
 
         source = ctx.source

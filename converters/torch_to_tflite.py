@@ -8,7 +8,7 @@ from pathlib import Path
 
 from edgekit.artifact import ModelArtifact
 from edgekit.calibration import pt2e
-from edgekit.registry import Converter
+from edgekit.registry import ConvertContext, Converter
 
 
 class TorchToTflite(Converter):
@@ -26,7 +26,7 @@ class TorchToTflite(Converter):
     cost = 1.0
     tools = ("torch", "litert_torch", "ai_edge_litert", "torchao", "ai_edge_quantizer")
 
-    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx) -> ModelArtifact:
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         import litert_torch
 
         source = ctx.source

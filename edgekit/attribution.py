@@ -299,9 +299,10 @@ def float_reference(model, fmt: str, folder, say=lambda _msg: None) -> str:
     from pathlib import Path
 
     from edgekit.graph import Graph
-    from edgekit.pipeline import ConvertContext, build
+    from edgekit.build import build
+    from edgekit.registry import ConvertContext
 
     if model.artifact.format == fmt:  # an .onnx source: it is the float model
         return model.artifact.path
-    plan = Graph().plan(model.artifact.format, fmt, "fp32")
+    plan = Graph().route(model.artifact.format, fmt, "fp32")
     return build(plan, ConvertContext(model, Path(folder)), "reference", say).path

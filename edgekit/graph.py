@@ -17,7 +17,7 @@ class Step:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Route:
     source_format: str
     target_format: str
     precision: str
@@ -28,7 +28,7 @@ class Plan:
         return sum(s.converter.cost for s in self.steps)
 
     @property
-    def route(self) -> list[str]:
+    def formats(self) -> list[str]:
         return [self.source_format] + [s.converter.target for s in self.steps]
 
 
@@ -72,7 +72,7 @@ class Graph:
                 out.setdefault(node, set()).add(prec)
         return out
 
-    def plan(self, source_format: str, target_format: str, precision: str = "fp32") -> Plan:
+    def route(self, source_format: str, target_format: str, precision: str = "fp32") -> Route:
         """The cheapest route from a source format to a target format at a precision.
 
         Prefers routes whose converters are all installed; raises MissingDependency naming the
@@ -96,12 +96,12 @@ class Graph:
                 )
             blocked = next(s.converter for s in anyway[1] if not s.converter.available())
             raise MissingDependency(f"the {blocked.source} → {blocked.target} converter", blocked.extra, blocked.missing())
-        plan = Plan(source_format, target_format, precision, found[1])
+        plan = Route(source_format, target_format, precision, found[1])
         _validate(plan)
         return plan
 
 
-def _validate(plan: Plan) -> None:
+def _validate(plan: Route) -> None:
     """Check the whole chain fits together before anything runs."""
     node, prec = node_of(plan.source_format), "fp32"
     for step in plan.steps:

@@ -6,12 +6,18 @@ import importlib
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
 from edgekit.artifact import ModelArtifact
 from edgekit.deps import EXTRAS, missing_modules, versions
 from edgekit.errors import ConversionFailed, EdgekitError, MissingDependency, environment_error, first_line
 from edgekit.formats import FORMATS, detect
+from edgekit.quant import QuantSpec
+
+if TYPE_CHECKING:  # the frameworks' types stay off the CLI's import path
+    from edgekit.calibration.data import SampleSet
+    from edgekit.loading import Source
 
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
 
@@ -34,6 +40,16 @@ def node_of(fmt: str) -> str:
     """The graph node of a format: PyTorch sources are the node 'torch', TF and Keras ones 'tf'."""
     family = FORMATS[fmt].family
     return family if family in ("torch", "tf") else fmt
+
+
+@dataclass(frozen=True)
+class ConvertContext:
+    """What a converter may use beyond its input artifact."""
+
+    source: "Source"  # the opened source model (a TorchSource for PyTorch sources)
+    work_dir: Path  # the step's own folder: its output and its scratch files
+    calibration: "SampleSet | None" = None
+    spec: QuantSpec = QuantSpec()  # its method is a concrete one, never "auto"
 
 
 class Converter:
@@ -73,10 +89,10 @@ class Converter:
         """Whether this edge turns a model at `in_precision` into one at `out_precision`."""
         return in_precision == "fp32" and out_precision in cls.precisions
 
-    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: Any) -> ModelArtifact:
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         raise NotImplementedError
 
-    def __call__(self, src: ModelArtifact, out_path: Path, precision: str, ctx: Any) -> ModelArtifact:
+    def __call__(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         if node_of(src.format) != self.source:
             raise ConversionFailed(f"expects a {self.source} model, got {src.format}", converter=self.name)
         if not self.accepts(src.precision, precision):

@@ -174,6 +174,11 @@ class Verdict:
             out["reasons"] = list(self.reasons)
         return out
 
+    @classmethod
+    def from_json(cls, d: dict) -> "Verdict":
+        return cls(d["status"], d["samples"], d["metrics"], d["thresholds"], d.get("task_accuracy"),
+                   tuple(d.get("reasons", ())), d.get("inspection"))
+
 
 def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, float],
             labels: np.ndarray | None = None, inspection: dict | None = None) -> Verdict:

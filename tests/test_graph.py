@@ -23,26 +23,26 @@ def test_the_real_graph_has_every_builtin_edge_and_plans_one_step_routes():
     assert set(MANIFEST) <= set(table)
     graph = Graph()
     for target in ("tflite", "pte", "onnx"):
-        plan = graph.plan("torch-export", target)
+        plan = graph.route("torch-export", target)
         assert [s.converter.target for s in plan.steps] == [target]
-        assert plan.route == ["torch-export", target]
+        assert plan.formats == ["torch-export", target]
 
 
 def test_cheapest_route_wins_over_fewer_steps():
     direct = edge("direct", "torch", "ort", cost=5.0)
     to_onnx = edge("to_onnx", "torch", "onnx", cost=1.0)
     onnx_to_ort = edge("onnx_to_ort", "onnx", "ort", cost=1.0, preserve=True)
-    plan = Graph([direct, to_onnx, onnx_to_ort]).plan("torchscript", "ort")
+    plan = Graph([direct, to_onnx, onnx_to_ort]).route("torchscript", "ort")
     assert [s.converter.name for s in plan.steps] == ["to_onnx", "onnx_to_ort"]
     assert plan.cost == 2.0
-    assert plan.route == ["torchscript", "onnx", "ort"]
+    assert plan.formats == ["torchscript", "onnx", "ort"]
 
 
 def test_precision_is_produced_by_the_edge_that_can_make_it_and_carried_through():
     to_onnx = edge("to_onnx", "torch", "onnx")
     quantize = edge("quantize", "onnx", "onnx", precisions=("int8",))
     to_ort = edge("to_ort", "onnx", "ort", preserve=True)
-    plan = Graph([to_onnx, quantize, to_ort]).plan("torch-export", "ort", "int8")
+    plan = Graph([to_onnx, quantize, to_ort]).route("torch-export", "ort", "int8")
     assert [(s.converter.name, s.precision) for s in plan.steps] == [("to_onnx", "fp32"), ("quantize", "int8"), ("to_ort", "int8")]
 
 
@@ -51,7 +51,7 @@ def test_no_route_names_what_is_reachable():
     # Nothing produces a SavedModel; the reachable list grows as targets are added, so only its start is fixed.
     with pytest.raises(BadInput, match=r"no route from torch-export to tf-savedmodel at fp32.*"
                                        r"reachable from torch-export: onnx \(") as info:
-        Graph().plan("torch-export", "tf-savedmodel")
+        Graph().route("torch-export", "tf-savedmodel")
     assert info.value.exit_code == 2
     assert f"ort ({every})" in info.value.fix  # reached through onnx, at every precision onnx has
     assert "ptl (fp32/int8)" in info.value.fix
@@ -60,12 +60,12 @@ def test_no_route_names_what_is_reachable():
 def test_a_precision_no_edge_produces():
     graph = Graph([edge("to_onnx", "torch", "onnx")])
     with pytest.raises(BadInput, match=r"no route from torch-export to onnx at int8 .*reachable from torch-export: onnx \(fp32\)"):
-        graph.plan("torch-export", "onnx", "int8")
+        graph.route("torch-export", "onnx", "int8")
 
 
 def test_unknown_precision():
     with pytest.raises(BadInput, match="unknown precision 'int4'"):
-        Graph().plan("torch-export", "tflite", "int4")
+        Graph().route("torch-export", "tflite", "int4")
 
 
 def test_missing_dependency_names_the_extra_to_install(monkeypatch):
@@ -73,16 +73,16 @@ def test_missing_dependency_names_the_extra_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "litert_torch", None)
     graph = Graph()
     with pytest.raises(MissingDependency, match=r"torch → tflite converter needs the 'tflite' extra \(missing: litert_torch\)") as info:
-        graph.plan("torch-export", "tflite")
+        graph.route("torch-export", "tflite")
     assert info.value.exit_code == 4
     assert info.value.fix == "pip install 'edgekit[tflite]'"
     # The other routes still plan.
-    assert graph.plan("torch-export", "onnx").route == ["torch-export", "onnx"]
+    assert graph.route("torch-export", "onnx").formats == ["torch-export", "onnx"]
 
 
 def test_an_available_route_is_preferred_over_a_cheaper_uninstalled_one():
     cheap_missing = edge("cheap_missing", "torch", "onnx", cost=0.1, extra="tflite")
     cheap_missing.missing = classmethod(lambda cls: ("not_installed_module",))
     installed = edge("installed", "torch", "onnx", cost=3.0)
-    plan = Graph([cheap_missing, installed]).plan("torch-export", "onnx")
+    plan = Graph([cheap_missing, installed]).route("torch-export", "onnx")
     assert [s.converter.name for s in plan.steps] == ["installed"]

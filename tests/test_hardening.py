@@ -260,21 +260,23 @@ def test_placing_removes_side_files_an_earlier_artifact_left(tmp_path):
 
     from edgekit import io_params
     from edgekit.artifact import ModelArtifact
-    from edgekit.pipeline import _place
+    from edgekit.build import place
     from edgekit.signature import Signature
 
-    out, work = tmp_path / "out", tmp_path / "work"
+    out, work, staging = tmp_path / "out", tmp_path / "work", tmp_path / "out" / ".staging"
     out.mkdir()
     work.mkdir()
+    staging.mkdir()
     _onnx_with_external_data(out / "m.onnx")
     io_params.write(out / "m.onnx", [None], [None])
     (out / "other.onnx.io.json").write_text("{}")  # another artifact's: stays
     model = onnx.load(out / "m.onnx")
     onnx.save(model, work / "m.onnx")  # all in one file now
-    placed = _place(ModelArtifact("onnx", str(work / "m.onnx"), Signature(())), out)
+    placed = place(ModelArtifact("onnx", str(work / "m.onnx"), Signature(())), out, staging)
     assert placed.files == (str(out / "m.onnx"),)
-    assert sorted(p.name for p in out.iterdir()) == ["m.onnx", "other.onnx.io.json"]
-    assert list(work.iterdir()) == []
+    assert sorted(p.name for p in out.iterdir()) == [".staging", "m.onnx", "other.onnx.io.json"]
+    assert list(staging.iterdir()) == []
+    assert (out / "m.onnx").read_bytes() == (work / "m.onnx").read_bytes()  # the built file stays for other routes
 
 
 @pytest.mark.slow

@@ -58,8 +58,8 @@ def _check_mobile_package(mobile: dict) -> None:
 
 def test_planned_through_onnx_keeping_the_precision():
     graph = Graph()
-    assert graph.plan("torch-export", "ort").route == ["torch-export", "onnx", "ort"]
-    plan = graph.plan("torch-export", "ort", "int8")
+    assert graph.route("torch-export", "ort").formats == ["torch-export", "onnx", "ort"]
+    plan = graph.route("torch-export", "ort", "int8")
     assert [(s.converter.name, s.precision) for s in plan.steps] == [
         ("torch_to_onnx", "fp32"), ("onnx_quantize", "int8"), ("onnx_to_ort", "int8")]
 
