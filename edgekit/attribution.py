@@ -207,12 +207,13 @@ SAMPLES = 32  # samples traced: every intermediate tensor of every sample is rea
 
 def attribute(artifact_path: str, source: str, *, source_options=None, eval_data: str | None = None,
               calibration=None, method: str = "minmax", bias_correction: bool = False,
-              smooth_quant: bool = False, progress=None) -> list[LayerDrift]:
+              smooth_quant: bool = False, progress=None, model=None, float_path: str | None = None) -> list[LayerDrift]:
     """Rank the layers of the int8 artifact at `artifact_path` by the SQNR they lose (see the module doc).
 
-    The float reference is the fp32 artifact of the same format, converted from `source` by the same
-    route; for .pte it is the float exported program, and the int8 side is the PT2E model rebuilt
-    with `calibration` (a CalibrationSpec), `method`, `bias_correction` and `smooth_quant`.
+    The float reference is `float_path` or the fp32 artifact of the same format, converted from `source` by
+    the same route; for .pte it is the float exported program, and the int8 side is the PT2E model rebuilt
+    with `calibration` (a CalibrationSpec), `method`, `bias_correction` and `smooth_quant`. `model` is
+    `source` already opened (edgekit.pipeline.Sources), when the caller has it.
     """
     from pathlib import Path
 
@@ -248,8 +249,9 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     if int8_share < 0.5:
         raise BadInput(f"{artifact_path} is not an int8 artifact: per-layer attribution compares int8 layers "
                        "with the float model", fix="give the int8 artifact (edgekit convert --int8)")
-    with captured():
-        model = open_source(source, source_options or SourceOptions())
+    if model is None:
+        with captured():
+            model = open_source(source, source_options or SourceOptions())
     signature = model.artifact.signature
     if eval_data:
         samples = load_samples(eval_data, signature, what="eval data")
@@ -270,7 +272,7 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     with captured():
         return rank_layers(model, fmt, artifact_path, inputs, calibration=pte_calibration,
                            spec=QuantSpec("int8", method, bias_correction=bias_correction, smooth_quant=smooth_quant),
-                           say=say)
+                           float_path=float_path, say=say)
 
 
 def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibration=None, spec=None,

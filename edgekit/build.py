@@ -124,7 +124,7 @@ def place(artifact: ModelArtifact, out_dir: Path, staging: Path) -> ModelArtifac
     with _locked(out_dir):
         old = out_dir / main
         earlier = set(side_file_names(artifact.format, old))
-        if artifact.format == "onnx" and old.is_file():
+        if artifact.format == "onnx" and old.is_file() and not _same_file(old, staged / main):
             try:
                 earlier |= {Path(f).name for f in onnx_files(old)[1:]}
             except Exception:  # an unreadable earlier model: its edgekit side files still go
@@ -137,6 +137,13 @@ def place(artifact: ModelArtifact, out_dir: Path, staging: Path) -> ModelArtifac
             os.replace(staged / name, out_dir / name)
     staged.rmdir()
     return artifact.evolve(path=str(out_dir / main), files=tuple(str(out_dir / n) for n in names))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two files hold the same bytes (then they name the same external data)."""
+    from edgekit.artifact import sha256_files
+
+    return a.stat().st_size == b.stat().st_size and sha256_files([a]) == sha256_files([b])
 
 
 @contextmanager

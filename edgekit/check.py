@@ -261,7 +261,7 @@ class Case:
 
 
 def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attribution: str = "failing",
-               trust=None, seeds: dict | None = None) -> list[Case]:
+               trust=None, seeds: dict | None = None, cache=None) -> list[Case]:
     """Convert (or take the given artifacts) and verify every model × precision; judge each against its budgets.
 
     `attribution`: for which int8 cases to rank the layers by drift — "failing", "all" or "none".
@@ -271,11 +271,12 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
     from them.
     """
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.pipeline import ConvertRequest, convert, verify_artifacts
+    from edgekit.pipeline import ConvertRequest, Sources, convert, verify_artifacts
     from edgekit.quant import LayerOverride
     from edgekit.search import parse_budgets
 
     cases = []
+    sources = Sources()  # each model is opened once, for every precision and for attribution
     for m in models:
         def request(precision: str, targets=None, seed=None) -> ConvertRequest:
             searching = m.search is not None and precision == "int8"
@@ -293,7 +294,7 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
 
         if m.artifacts:
             result = verify_artifacts(request("fp32"), list(m.artifacts),
-                                      lambda p: _metric_limits(m.budget(p)), progress)
+                                      lambda p: _metric_limits(m.budget(p)), progress, sources)
             judged = [_judge(m, r, result, r.artifact.precision) for r in result.artifacts]
         else:
             judged = []
@@ -305,9 +306,11 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
                 else:
                     runs = [request(precision)]
                 for req in runs:
-                    result = convert(req, progress)
+                    result = convert(req, progress, sources=sources, cache=cache)
                     judged += [_judge(m, r, result, precision) for r in result.artifacts]
-        cases += [_attribute(m, c, progress, trust) if _wants_layers(c, attribution) else c for c in judged]
+        floats = {c.target: c.path for c in judged if c.precision == "fp32"}  # the float references attribution needs
+        cases += [_attribute(m, c, progress, trust, sources, floats.get(c.target)) if _wants_layers(c, attribution)
+                  else c for c in judged]
     return cases
 
 
@@ -350,8 +353,10 @@ def _wants_layers(c: Case, attribution: str) -> bool:
     return c.precision == "int8" and (attribution == "all" or (attribution == "failing" and c.status == "fail"))
 
 
-def _attribute(m: ModelCheck, c: Case, progress, trust=None) -> Case:
-    """The case with its layers ranked by the SQNR they lose, or a note saying why there are none."""
+def _attribute(m: ModelCheck, c: Case, progress, trust, sources, float_path: str | None) -> Case:
+    """The case with its layers ranked by the SQNR they lose, or a note saying why there are none. The source
+    is the one `sources` opened for the conversion; the float reference is the case's fp32 artifact when the
+    config has one."""
     from dataclasses import replace
 
     from edgekit.attribution import attribute
@@ -359,7 +364,8 @@ def _attribute(m: ModelCheck, c: Case, progress, trust=None) -> Case:
     from edgekit.errors import EdgekitError
 
     try:
-        layers = attribute(c.path, m.path, source_options=m.source_options(trust),
+        model = sources.open(m.path, m.source_options(trust))
+        layers = attribute(c.path, m.path, source_options=m.source_options(trust), model=model, float_path=float_path,
                            eval_data=m.eval,
                            calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration else None,
                            method=m.calib_method, bias_correction=c.bias_correction, smooth_quant=c.smooth_quant,

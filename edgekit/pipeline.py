@@ -145,19 +145,21 @@ class Sources:
         self._opened: dict[tuple, Source] = {}
         self._references: dict[tuple, list[np.ndarray]] = {}
 
-    def open(self, location: str, options: SourceOptions) -> Source:
+    def open(self, location: str, options: SourceOptions, say: Progress = lambda _msg: None) -> Source:
         from edgekit.loading import open_source
 
         key = (location, options)
         if key not in self._opened:
+            say(f"loading {location}")
             with captured():
                 self._opened[key] = open_source(location, options)
         return self._opened[key]
 
-    def reference(self, source: Source, samples: SampleSet) -> list[np.ndarray]:
+    def reference(self, source: Source, samples: SampleSet, say: Progress) -> list[np.ndarray]:
         """The source's outputs on `samples`, run once per source and samples."""
-        key = (id(source), samples.source, len(samples), _fingerprint(samples))
+        key = (id(source), len(samples), _fingerprint(samples))
         if key not in self._references:
+            say(f"running the source model on {len(samples)} samples")
             self._references[key] = _run_reference(source, samples)
         return self._references[key]
 
@@ -182,8 +184,7 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
 
     say = progress or (lambda _msg: None)
     req, sources = plan.request, sources or Sources()
-    say(f"loading {req.source}")
-    source_model = sources.open(req.source, req.source_options)
+    source_model = sources.open(req.source, req.source_options, say)
     source = source_model.artifact
     calib = held_out = None
     warnings: list[str] = []
@@ -210,11 +211,10 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
         samples = random_samples(source.signature, RANDOM_SAMPLES)
         warnings.append(f"no --eval data: verified on {RANDOM_SAMPLES} seeded random inputs, "
                         "which says little about accuracy; pass --eval data.npz")
-    say(f"running the source model on {len(samples)} samples")
-    reference = sources.reference(source_model, samples)
+    reference = sources.reference(source_model, samples, say)
     selection = None
     if (req.calib_method == AUTO or req.budgets) and held_out is not None:
-        selection = (held_out, reference if held_out is samples else sources.reference(source_model, held_out))
+        selection = (held_out, sources.reference(source_model, held_out, say))
     return Prepared(plan, source_model, calib, samples, reference, selection, tuple(warnings))
 
 
@@ -236,31 +236,37 @@ def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: S
     """Run the main job: plan every target, convert, verify in each runtime, place the artifacts.
 
     With `cache` (an edgekit.cache.ArtifactCache), a target whose cached result matches everything this
-    request depends on is placed from the cache, verified as it was; the source is opened only when
-    some target is not cached.
+    request depends on is placed from the cache, as it was verified; the source is opened only when
+    some target is not cached, and each target converted is stored.
     """
-    p = plan(req)
-    hits = cache.lookup(p) if cache is not None else {}
     say = progress or (lambda _msg: None)
+    p = plan(req)
     results: dict[str, ArtifactResult] = {}
+    source = source_sha256 = None
     warnings = list(p.warnings)
-    missing = [(t, r) for t, r in p.routes if t.name not in hits]
+    if cache is not None:
+        hits = cache.lookup(p)
+        if cache.skipped:
+            say(f"not cached: {cache.skipped}")
+        with run_folder(Path(req.out_dir)) as staging:
+            for name, hit in hits.items():
+                placed = cache.place(hit, Path(req.out_dir), staging)
+                if placed is not None:
+                    say(f"{name}: placed from the cache ({placed.verdict.status} when verified; --no-cache converts again)")
+                    results[name] = placed
+                    source, source_sha256 = hit.source, hit.source_sha256
+                    warnings += [w for w in hit.warnings if w not in warnings]
+    missing = [(t, r) for t, r in p.routes if t.name not in results]
     if missing:
         prepared = prepare(p, say, sources)
-        warnings += prepared.warnings
+        warnings += [w for w in prepared.warnings if w not in warnings]
+        source = prepared.source.artifact
+        source_sha256 = source.sha256 if source.files else None
         for result in run(prepared, say, missing):
             results[result.target] = result
             if cache is not None:
-                cache.store(p, result, prepared)
-        source = prepared.source.artifact
-        source_sha256 = source.sha256 if source.files else None
-    for name, hit in hits.items():
-        results[name] = cache.place(hit, Path(req.out_dir), say)
-        if not missing:
-            source, source_sha256 = hit.source, hit.source_sha256
-            warnings += [w for w in hit.warnings if w not in warnings]
-    ordered = tuple(results[t.name] for t, _ in p.routes)
-    return ConvertResult(source, source_sha256, ordered, tuple(warnings))
+                cache.store_result(p, result, source, prepared.warnings)
+    return ConvertResult(source, source_sha256, tuple(results[t.name] for t, _ in p.routes), tuple(warnings))
 
 
 def _fingerprint(samples: SampleSet) -> str:

@@ -22,6 +22,7 @@ class ArtifactResult:
     verdict: Verdict
     bytes: int
     sha256: str
+    cached: bool = False  # placed from the artifact cache (edgekit.cache), verified when it was stored
 
     @classmethod
     def measured(cls, target: str, artifact: ModelArtifact, verdict: Verdict) -> "ArtifactResult":
@@ -39,6 +40,8 @@ class ArtifactResult:
         # the int8 spec as made (its overrides); the accuracy-aware search; whether an .ort fits ONNX Runtime's
         # mobile packages; the steps reused from another target's route in the same run
         out.update({key: a.meta[key] for key in META_KEYS if key in a.meta})
+        if self.cached:
+            out["cached"] = True
         return out
 
     def stored(self) -> dict:

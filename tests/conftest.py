@@ -13,6 +13,13 @@ DIGITS_EVAL = SAMPLES / "digits_eval.npz"
 DIGITS_CALIB = SAMPLES / "digits_calib.npz"
 
 
+@pytest.fixture(autouse=True)
+def own_artifact_cache(tmp_path_factory, monkeypatch):
+    """Every test starts with an empty artifact cache of its own, beside its tmp_path (the command lines
+    it runs inherit it)."""
+    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path_factory.mktemp("edgekit-cache")))
+
+
 def run_cli(*args: str, cwd: Path = REPO, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run the real `edgekit` command line in a child process, as a user would."""
     return subprocess.run([sys.executable, "-m", "edgekit", *map(str, args)], cwd=cwd, capture_output=True,

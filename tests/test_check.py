@@ -48,6 +48,30 @@ def test_the_example_config_passes_with_junit_and_markdown(tmp_path):
     assert sorted(c.get("name") for c in suite.iter("testcase")) == ["onnx fp32", "onnx int8", "tflite fp32", "tflite int8"]
     text = summary.read_text()
     assert "edgekit check: ✅ all passed (4 cases)" in text and text.count("| digits_cnn |") == 4
+    # Again: every case comes from the artifact cache, the source is not even opened, the results are the same.
+    again = run_cli("check", EXAMPLE, "--json", "-o", tmp_path / "out")
+    assert again.returncode == 0, again.stderr
+    assert again.stderr.count("placed from the cache") == 4 and "loading" not in again.stderr, again.stderr
+    assert json.loads(again.stdout) == doc
+    assert all(Path(c["path"]).is_file() for c in doc["cases"])
+    fresh = run_cli("check", EXAMPLE, "--json", "--no-cache", "-o", tmp_path / "out")
+    assert "placed from the cache" not in fresh.stderr and "loading" in fresh.stderr
+
+
+def test_check_opens_each_source_model_once(tmp_path, monkeypatch):
+    """Two precisions and the attribution of both int8 cases share one opened model and one reference run."""
+    import edgekit.loading
+    from edgekit.check import run_checks
+
+    opened = []
+    real_open = edgekit.loading.open_source
+    monkeypatch.setattr(edgekit.loading, "open_source", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    lines = []
+    cases = run_checks(load_config(EXAMPLE), str(tmp_path / "out"), progress=lines.append, attribution="all")
+    assert [c.status for c in cases] == ["pass"] * 4
+    assert all(c.layers for c in cases if c.precision == "int8")  # attributed, against the fp32 artifacts
+    assert opened == [str(DIGITS)]
+    assert sum(line.startswith("running the source model") for line in lines) == 1, lines
 
 
 def test_a_broken_size_budget_exits_1_and_is_named(tmp_path):

@@ -104,6 +104,7 @@ def convert(
     max_steps: Annotated[int, typer.Option("--max-steps", help="With --budget: the most conversions the search makes after full int8.")] = 8,
     keep: Annotated[list[str], typer.Option("--keep", help="int8: keep a layer back, LAYER=float or LAYER=int16 (named as `edgekit layers` names it; repeat).")] = [],
     granularity: Annotated[str, typer.Option("--granularity", help="int8 weights: per-channel or per-tensor.")] = "per-channel",
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Convert and verify again even when the artifact cache holds this exact result.")] = False,
 ):
     """Convert MODEL to each target and verify every artifact against the source model."""
     from edgekit.calibration.sources import CalibrationSpec
@@ -136,7 +137,7 @@ def convert(
         granularity=granularity.replace("-", "_"), overrides=parse_overrides(keep), budgets=parse_budgets(budget),
         min_int8_share=min_int8_share, max_steps=max_steps,
     )
-    result = run(request, progress=reporter.step)
+    result = run(request, progress=reporter.step, cache=_cache(no_cache))
     if as_json:
         render_result(result, reporter.console)
         sys.stdout.write(json.dumps(_finite(result.to_json()), indent=2, allow_nan=False) + "\n")
@@ -249,6 +250,7 @@ def check(
     attribution: Annotated[str, typer.Option("--attribution", help="Rank the layers of int8 artifacts by drift: failing (cases), all, or none.")] = "failing",
     trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help=TRUST_PICKLE)] = False,
     trust_model_code: Annotated[bool, typer.Option("--trust-model-code", help=TRUST_CODE)] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Convert and verify again even when the artifact cache holds this exact result.")] = False,
 ):
     """The CI gate: convert and verify what the config lists; exit 1 when a budget is broken."""
     from edgekit import check as gate
@@ -271,7 +273,7 @@ def check(
     trust = SourceOptions(trust_pickle=trust_pickle, trust_model_code=trust_model_code)
     seeds = {} if update_baseline else gate.baseline_seeds(baseline)  # searches start where the baseline ended
     cases = gate.run_checks(models, str(out), progress=reporter.step, attribution=attribution, trust=trust,
-                            seeds=seeds)
+                            seeds=seeds, cache=_cache(no_cache))
     if update_baseline:
         gate.write_baseline(cases, baseline)
         print(f"edgekit: wrote the baseline {baseline}", file=sys.stderr)
@@ -309,6 +311,42 @@ def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the a
     print(f"edgekit demo: {model.relative_to(REPO)} → every target; verified on {eval_data.name}",
           file=sys.stderr)
     convert(str(model), ["all"], out, eval_data=eval_data)
+
+
+cache_app = typer.Typer(help="The artifact cache: verified artifacts by everything they depend on.",
+                        no_args_is_help=True)
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("info")
+@handled
+def cache_info(as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False):
+    """Where the cache is, how many results it holds and how much space they take."""
+    from edgekit.cache import ArtifactCache
+
+    info = ArtifactCache().info()
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2) + "\n")
+        return
+    print(f"{info['folder']}: {info['entries']} results, {info['bytes'] / 2**20:.1f} MiB of "
+          f"{info['size_limit'] / 2**20:.0f} MiB (EDGEKIT_CACHE_DIR, EDGEKIT_CACHE_SIZE)")
+
+
+@cache_app.command("clear")
+@handled
+def cache_clear():
+    """Remove every cached result."""
+    from edgekit.cache import ArtifactCache
+
+    cache = ArtifactCache()
+    removed = cache.clear()
+    print(f"edgekit: cleared {cache.folder} ({removed} items)", file=sys.stderr)
+
+
+def _cache(no_cache: bool):
+    from edgekit.cache import ArtifactCache
+
+    return None if no_cache else ArtifactCache()
 
 
 def _output_file(path: Path | None, option: str) -> None:

@@ -75,8 +75,12 @@ def render_result(result, console: Console | None) -> None:
     for r in result.artifacts:
         others = len(r.artifact.files) - 1
         extra = f" (+{others} file{'s' if others > 1 else ''} beside it)" if others else ""
+        reused = r.artifact.meta.get("reused")
+        how = (" (from the cache)" if r.cached else "") + (
+            " (reused " + ", ".join(f"{x['precision']} {x['format']}" for x in reused) + f" of {reused[-1]['built_for']})"
+            if reused else "")
         console.print(f"  {r.target}: {r.artifact.path}{extra}  [dim]route {' → '.join(r.artifact.meta.get('route', []))},"
-                      f" {r.artifact.meta.get('seconds', 0):.1f} s[/dim]")
+                      f" {r.artifact.meta.get('seconds', 0):.1f} s{how}[/dim]")
         search = r.artifact.meta.get("search")
         if search:
             _render_search(search, console)
