@@ -28,6 +28,16 @@ class EdgekitError(Exception):
     def __str__(self) -> str:
         return f"{self.message} — {self.fix}" if self.fix else self.message
 
+    def __reduce__(self):  # pickled as it reads (a worker process's error reaches the parent whole)
+        return _rebuilt, (type(self), self.message, self.fix, dict(self.__dict__))
+
+
+def _rebuilt(cls, message: str, fix: str | None, attributes: dict) -> EdgekitError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error.__dict__.update(attributes, message=message, fix=fix)
+    return error
+
 
 class BadInput(EdgekitError):
     """The model, data or command line given cannot be used as it is (exit 2)."""

@@ -54,8 +54,11 @@ def test_the_example_config_passes_with_junit_and_markdown(tmp_path):
     assert again.stderr.count("placed from the cache") == 4 and "loading" not in again.stderr, again.stderr
     assert json.loads(again.stdout) == doc
     assert all(Path(c["path"]).is_file() for c in doc["cases"])
-    fresh = run_cli("check", EXAMPLE, "--json", "--no-cache", "-o", tmp_path / "out")
-    assert "placed from the cache" not in fresh.stderr and "loading" in fresh.stderr
+    # In two worker processes, converting again: the same results.
+    parallel = run_cli("check", EXAMPLE, "--json", "--no-cache", "--jobs", "2", "-o", tmp_path / "out")
+    assert parallel.returncode == 0, parallel.stderr
+    assert "placed from the cache" not in parallel.stderr and "loading" in parallel.stderr
+    assert json.loads(parallel.stdout) == doc
 
 
 def test_check_opens_each_source_model_once(tmp_path, monkeypatch):

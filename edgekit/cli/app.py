@@ -248,6 +248,7 @@ def check(
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="Baseline JSON (default: edgekit.baseline.json beside the config).")] = None,
     update_baseline: Annotated[bool, typer.Option("--update-baseline", help="Write this run's results as the baseline.")] = False,
     attribution: Annotated[str, typer.Option("--attribution", help="Rank the layers of int8 artifacts by drift: failing (cases), all, or none.")] = "failing",
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Run the cases in this many worker processes (fewer when memory is short); results are the same as with 1.")] = 1,
     trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help=TRUST_PICKLE)] = False,
     trust_model_code: Annotated[bool, typer.Option("--trust-model-code", help=TRUST_CODE)] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Convert and verify again even when the artifact cache holds this exact result.")] = False,
@@ -259,6 +260,8 @@ def check(
 
     if attribution not in ("failing", "all", "none"):
         raise BadInput(f"--attribution {attribution!r}", fix="use failing, all or none")
+    if jobs < 1:
+        raise BadInput(f"--jobs {jobs}: at least one worker is needed", fix="give --jobs 1 or more")
     models = gate.load_config(config)
     summary = markdown or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None)
     baseline = baseline or config.with_name("edgekit.baseline.json")
@@ -273,7 +276,7 @@ def check(
     trust = SourceOptions(trust_pickle=trust_pickle, trust_model_code=trust_model_code)
     seeds = {} if update_baseline else gate.baseline_seeds(baseline)  # searches start where the baseline ended
     cases = gate.run_checks(models, str(out), progress=reporter.step, attribution=attribution, trust=trust,
-                            seeds=seeds, cache=_cache(no_cache))
+                            seeds=seeds, cache=_cache(no_cache), jobs=jobs)
     if update_baseline:
         gate.write_baseline(cases, baseline)
         print(f"edgekit: wrote the baseline {baseline}", file=sys.stderr)

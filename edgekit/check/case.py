@@ -1,0 +1,39 @@
+"""One model × target × precision of a check, as judged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    target: str
+    precision: str
+    status: str  # pass | fail
+    reasons: tuple[str, ...]
+    bytes: int
+    metrics: dict
+    task_accuracy: dict | None
+    path: str
+    seconds: float
+    hashes: dict = field(default_factory=dict)  # artifact, model and calibration data sha256
+    tool_versions: dict = field(default_factory=dict)
+    changes: tuple[str, ...] = ()  # against the baseline, when there is one
+    budget: dict = field(default_factory=dict)
+    layers: tuple = ()  # LayerDrift, the layer losing the most first (int8 only)
+    layers_note: str | None = None  # why there is no attribution, when one was asked for
+    overrides: tuple = ()  # the layers kept back from int8 ({"layer", "precision"})
+    bias_correction: bool = False  # whether the int8 model's biases were corrected
+    smooth_quant: bool = False  # whether its linears were smoothed
+    search: dict | None = None  # the accuracy-aware search's record, when the case searched
+
+    @property
+    def name(self) -> str:
+        return f"{self.model} {self.target} {self.precision}"
+
+    def baseline_entry(self) -> dict:
+        return {"bytes": self.bytes, "metrics": self.metrics.get("output_0", {}),
+                "task_accuracy": self.task_accuracy, "sha256": self.hashes, "tool_versions": self.tool_versions,
+                "overrides": list(self.overrides), "bias_correction": self.bias_correction,
+                "smooth_quant": self.smooth_quant}
