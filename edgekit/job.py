@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +41,15 @@ class TargetJob:
     stem: str
     say: Progress
     shared: Intermediates  # the run's built steps, reused across targets and candidates
+    ran: dict = field(default_factory=dict)  # (artifact path, samples) → (outputs, inspection), each run once
+
+    def _run(self, artifact: ModelArtifact, samples: SampleSet) -> tuple[list, dict]:
+        """The artifact's outputs on `samples` and its inspection, from its runtime's worker; an artifact
+        already run on these samples (an `auto` candidate verified on its held-out samples) is not run again."""
+        key = (artifact.path, id(samples))
+        if key not in self.ran:
+            self.ran[key] = run_isolated(artifact, samples.inputs, inspect=True)
+        return self.ran[key]
 
     def run(self, target, route: Route, samples: SampleSet, reference: list) -> ArtifactResult:
         tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=self.work))
@@ -65,7 +74,7 @@ class TargetJob:
                 artifact = artifact.evolve(meta={**meta, "search": search} if search else meta)
             self.say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
             started = time.perf_counter()
-            outputs, inspection = run_isolated(artifact, samples.inputs, inspect=True)
+            outputs, inspection = self._run(artifact, samples)
             verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection)
             search = artifact.meta.get("search")
             if search and search["stopped"] == "met" and verdict.status == "fail":
@@ -94,7 +103,7 @@ class TargetJob:
         def measure(spec: QuantSpec, index: int) -> Measurement:
             started = time.perf_counter()
             artifact = first if index == 0 and first is not None else self._route(target, route, tmp / f"step{index}", spec)
-            outputs, inspection = run_isolated(artifact, held_out.inputs, inspect=True)
+            outputs, inspection = self._run(artifact, held_out)
             floats = sum(n for dtype, n in inspection["weight_bytes_by_dtype"].items() if dtype.startswith(("float", "bfloat")))
             return Measurement(spec, artifact, compare(held_ref, outputs, {}).metrics, inspection["int8_weight_share"],
                                artifact.bytes, floats, time.perf_counter() - started, only_near_ties(held_ref, outputs))
@@ -148,7 +157,7 @@ class TargetJob:
                 failed.append((e, {**record, "error": e.message}))
                 self.say(f"{what}: failed ({e.message})")
                 continue
-            m = compare(held_ref, run_isolated(artifact, held_out.inputs)[0], {}).metrics["output_0"]
+            m = compare(held_ref, self._run(artifact, held_out)[0], {}).metrics["output_0"]
             tried.append((artifact, spec, {**record, "sqnr_db": m["sqnr_db"], "cosine": m["cosine"], "max_abs": m["max_abs"]}))
             self.say(f"{what}: cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
         if not tried:

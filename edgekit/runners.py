@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import json
@@ -33,27 +34,109 @@ def load_runner(fmt: str, path: str, signature: Signature):
 
 def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, timeout: float = 900,
                  inspect: bool = False) -> tuple[list[np.ndarray], dict | None]:
-    """Run `artifact` on stacked `inputs` (leading sample axis) in a child process.
+    """Run `artifact` on stacked `inputs` (leading sample axis) in its runtime's worker process.
 
     Returns one stacked array per output and, with `inspect`, the artifact's inspection (see
-    edgekit.targets.inspection) as JSON. A crash or error in the runtime becomes a
-    ConversionFailed naming the runtime and quoting its last words.
+    edgekit.targets.inspection) as JSON, made in this process. A crash or error in the runtime
+    becomes a ConversionFailed naming the runtime and quoting its last words; the worker is started
+    again for the next artifact.
     """
     from edgekit.targets import by_format
 
     require(by_format(artifact.format).extra, f"running a .{artifact.format} artifact")
     with _job_dir() as tmp:
-        sig_path, in_path, out_path, insp_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz", "insp.json"))
+        sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz"))
         _write_job(artifact.signature, inputs, sig_path, in_path)
-        _child(["edgekit.targets.worker", artifact.format, str(artifact.path), sig_path, in_path, out_path]
-               + ([insp_path] if inspect else []), artifact.format, artifact.path, timeout)
+        _worker(artifact.format).run({"path": str(artifact.path), "signature": sig_path, "inputs": in_path,
+                                      "outputs": out_path, "tmp": tmp}, artifact.path, timeout)
         with np.load(out_path) as data:
             outputs = [data[f"output_{j}"] for j in range(len(data.files))]
-        inspection = None
-        if inspect:
-            with open(insp_path) as f:
-                inspection = json.load(f)
-        return outputs, inspection
+    inspection = None
+    if inspect:
+        from edgekit.quiet import captured
+        from edgekit.targets.inspection import inspect_artifact
+
+        with captured():
+            inspection = inspect_artifact(artifact.format, str(artifact.path)).to_json()
+    return outputs, inspection
+
+
+class RuntimeWorker:
+    """A child process with one runtime imported, running artifacts until it is closed.
+
+    It reads one job per line (JSON) on its standard input and answers on a pipe of its own, so
+    whatever the runtime prints cannot be taken for an answer; its standard error goes to a file
+    whose last lines explain a crash.
+    """
+
+    def __init__(self, fmt: str):
+        self.fmt = fmt
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-m", "edgekit.targets.worker", fmt], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, errors="replace",
+                                     env={**os.environ, "OMP_NUM_THREADS": "1"})  # batch-1 loops: one thread
+
+    def run(self, job: dict, path: str, timeout: float) -> None:
+        import select
+
+        from edgekit.targets import by_format
+
+        runtime = by_format(self.fmt).runtime
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            answer = self.proc.stdout.readline() if ready else None
+        except (BrokenPipeError, OSError):
+            answer = ""
+        if answer is None:
+            self.close()
+            raise ConversionFailed(f"{runtime} did not finish {Path(path).name} within {timeout:.0f} s")
+        if answer.startswith("ok"):
+            return
+        if answer.startswith("error "):
+            raise ConversionFailed(f"{runtime} failed running {Path(path).name}: {answer[6:].strip()[:400]}")
+        code = self.proc.wait()  # no answer: the process died
+        self.close()
+        how = f"crashed (signal {-code})" if code < 0 else "failed"
+        raise ConversionFailed(f"{runtime} {how} running {Path(path).name}: {_last_words(self._stderr())}")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _stderr(self) -> str:
+        self.log.seek(0)
+        return self.log.read()[-20000:].decode("utf-8", "replace")
+
+    def close(self) -> None:
+        if self.alive:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        self.log.close()
+
+
+_WORKERS: dict[str, RuntimeWorker] = {}
+
+
+def _worker(fmt: str) -> RuntimeWorker:
+    """This process's worker for format `fmt`, started on first use (and again after a crash)."""
+    worker = _WORKERS.get(fmt)
+    if worker is None or not worker.alive:
+        if worker is not None:
+            worker.close()
+        worker = _WORKERS[fmt] = RuntimeWorker(fmt)
+    return worker
+
+
+@atexit.register
+def close_workers() -> None:
+    """Stop every runtime worker of this process (they also stop when it dies)."""
+    while _WORKERS:
+        _WORKERS.popitem()[1].close()
 
 
 def trace_layers_isolated(fmt: str, float_path: str, quant_path: str, signature: Signature,

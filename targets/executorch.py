@@ -38,5 +38,28 @@ class PteRunner:
         return outputs
 
 
+def without_compiler() -> None:
+    """Let `executorch.runtime` load without ExecuTorch's compiler, in a process that only runs programs.
+
+    The runtime's bindings import `executorch.exir._warnings`, and importing it runs the package
+    `executorch.exir`, which imports the whole compiler (torch.export, dynamo, sympy: seconds, most
+    of a check's time). A bare package module with the same path stands in for `executorch.exir`, so
+    its submodules load alone. Only for the runtime worker: a process that compiles must not call it.
+    """
+    import importlib.util
+    import os
+    import sys
+    import types
+
+    if "executorch.exir" in sys.modules:
+        return
+    spec = importlib.util.find_spec("executorch")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    exir = types.ModuleType("executorch.exir")
+    exir.__path__ = [os.path.join(spec.submodule_search_locations[0], "exir")]
+    sys.modules["executorch.exir"] = exir
+
+
 def _entry(entries: list, i: int) -> dict | None:
     return entries[i] if i < len(entries) else None
