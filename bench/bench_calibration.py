@@ -30,7 +30,7 @@ SIDES = {"minmax": (), "+sq": ("--smooth-quant",), "+bc": ("--bias-correction",)
 
 def smoothable(m) -> bool:
     from edgekit.calibration import smooth_quant
-    from edgekit.loading import SourceOptions, open_source
+    from edgekit.sources.loading import SourceOptions, open_source
 
     return smooth_quant.applies(open_source(str(m.source), SourceOptions(input_shapes=(m.input_shape,) if m.input_shape else ())))
 

@@ -95,11 +95,11 @@ RAW = {"tflite": raw_tflite, "pte": raw_pte, "onnx": raw_onnx}
 
 # ----------------------------------------------------------------------------- edgekit's path
 def edgekit_convert(target_format, precision, samples, folder):
-    from edgekit.graph import Graph
-    from edgekit.loading import open_source
-    from edgekit.registry import ConvertContext
-    from edgekit.quant import QuantSpec
-    from edgekit.quiet import captured
+    from edgekit.engine.graph import Graph
+    from edgekit.sources.loading import open_source
+    from edgekit.converters.base import ConvertContext
+    from edgekit.core.quant import QuantSpec
+    from edgekit.core.quiet import captured
     from edgekit.targets import by_format
 
     with captured():
@@ -118,7 +118,7 @@ def edgekit_convert(target_format, precision, samples, folder):
 def raw_convert(target_format, precision, calib, folder):
     import torch
 
-    from edgekit.quiet import captured
+    from edgekit.core.quiet import captured
 
     with captured():
         ep = torch.export.load(str(MODEL))

@@ -11,7 +11,7 @@ detector) and each target (tflite, executorch, onnx for the .pt2 models; onnx fo
            PT2E (tflite), XNNPACKQuantizer + XnnpackPartitioner (executorch), onnxruntime's
            quant_pre_process + quantize_static QDQ MinMax (onnx; for a .pt2 source it quantizes the
            fp32 .onnx edgekit exported, since the raw call is the quantizer, not the exporter).
-           Each raw artifact is verified by edgekit's own verifier (edgekit.pipeline.verify_artifacts)
+           Each raw artifact is verified by edgekit's own verifier (edgekit.engine.pipeline.verify_artifacts)
            on the same eval samples, so both sides are measured alike. A raw call that raises is
            reported as "fails: <exception>", as its user would see it.
 
@@ -172,7 +172,7 @@ RAW = {"tflite": raw_tflite, "executorch": raw_executorch, "onnx": raw_onnx}
 
 
 def raw_side(m, target: str, fp32_onnx: str | None, folder: Path) -> dict:
-    from edgekit.quiet import captured
+    from edgekit.core.quiet import captured
 
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / f"{m.name}.int8.{EXT[target]}"
@@ -198,8 +198,8 @@ def raw_side(m, target: str, fp32_onnx: str | None, folder: Path) -> dict:
 
 def verify(m, path: Path):
     """edgekit's verifier on an artifact made elsewhere: (artifact JSON, error)."""
-    from edgekit.loading import SourceOptions
-    from edgekit.pipeline import ConvertRequest, verify_artifacts
+    from edgekit.sources.loading import SourceOptions
+    from edgekit.engine.pipeline import ConvertRequest, verify_artifacts
 
     req = ConvertRequest(source=str(m.source), targets=("all",), eval_data=str(m.eval), precision="int8",
                          source_options=SourceOptions(input_shapes=(m.input_shape,) if m.input_shape else ()))

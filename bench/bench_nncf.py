@@ -109,7 +109,7 @@ def nncf_pte(m, calib: dict, out: Path, fp32_onnx: str | None):
 
 
 def nncf_side(m, label: str, call, fp32_onnx, out: Path, **kw) -> dict:
-    from edgekit.quiet import captured
+    from edgekit.core.quiet import captured
 
     out.parent.mkdir(parents=True, exist_ok=True)
     calib = dict(np.load(m.calib))

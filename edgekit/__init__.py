@@ -4,10 +4,10 @@ Importing edgekit loads no framework; torch, litert, executorch and onnxruntime 
 by the converter or runner that needs them.
 """
 
-from edgekit.artifact import ModelArtifact
-from edgekit.errors import BadInput, ConversionFailed, EdgekitError, MissingDependency
-from edgekit.formats import detect
-from edgekit.signature import Signature, TensorSpec
+from edgekit.core.artifact import ModelArtifact
+from edgekit.core.errors import BadInput, ConversionFailed, EdgekitError, MissingDependency
+from edgekit.core.formats import detect
+from edgekit.core.signature import Signature, TensorSpec
 
 __version__ = "0.1.0"
 __all__ = [
@@ -25,8 +25,8 @@ __all__ = [
 
 def convert(source: str, targets=("all",), **options):
     """Convert `source` to `targets`, verify each artifact in its runtime; see ConvertRequest."""
-    from edgekit.loading import SourceOptions
-    from edgekit.pipeline import ConvertRequest, convert as run
+    from edgekit.sources.loading import SourceOptions
+    from edgekit.engine.pipeline import ConvertRequest, convert as run
 
     source_keys = {"trust_pickle", "model_class", "input_shapes", "example_inputs", "trust_model_code"}
     src_opts = SourceOptions(**{k: options.pop(k) for k in list(options) if k in source_keys})

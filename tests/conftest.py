@@ -29,7 +29,7 @@ def run_cli(*args: str, cwd: Path = REPO, timeout: float = 600) -> subprocess.Co
 @pytest.fixture(scope="session")
 def converted_digits(tmp_path_factory):
     """The bundled digits CNN converted to every target and verified on its eval split (once per run)."""
-    from edgekit.pipeline import ConvertRequest, convert
+    from edgekit.engine.pipeline import ConvertRequest, convert
 
     out = tmp_path_factory.mktemp("digits")
     result = convert(ConvertRequest(str(DIGITS), ("all",), str(out), eval_data=str(DIGITS_EVAL)))
@@ -50,7 +50,7 @@ def mobilenet_int8(tmp_path_factory):
 def convert_sample(tmp_path_factory, model, calib, eval_data, precision="fp32", targets=("all",), **options):
     """Convert a bundled sample model to `targets` at `precision`, verified on its eval split."""
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.pipeline import ConvertRequest, convert
+    from edgekit.engine.pipeline import ConvertRequest, convert
 
     out = tmp_path_factory.mktemp(f"{model.stem}-{precision}")
     calibration = CalibrationSpec(str(calib)) if precision == "int8" else None

@@ -211,7 +211,7 @@ def _folder(base: Path, name: str, payload: bool = False) -> Seed:
 
 
 def _artifact(dst: Path, path: Path, fmt: str) -> Seed:
-    from edgekit.formats import artifact_files
+    from edgekit.core.formats import artifact_files
 
     names = tuple(Path(f).name for f in artifact_files(fmt, path))
     _copy_files(path.parent, dst, names)
@@ -222,7 +222,7 @@ def _artifact(dst: Path, path: Path, fmt: str) -> Seed:
 
 def _convert(out: Path, precision: str, targets=("all",), int8_io: bool = False) -> Path:
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.pipeline import ConvertRequest, convert
+    from edgekit.engine.pipeline import ConvertRequest, convert
 
     calibration = CalibrationSpec(str(DIGITS_CALIB)) if precision == "int8" else None
     convert(ConvertRequest(str(DIGITS), tuple(targets), str(out), precision=precision, eval_data=str(DIGITS_EVAL),

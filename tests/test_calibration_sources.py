@@ -7,8 +7,8 @@ import pytest
 from PIL import Image
 
 from edgekit.calibration.sources import RANDOM_WARNING, CalibrationSpec, ImagePreprocess, load_calibration
-from edgekit.errors import BadInput
-from edgekit.signature import Signature, TensorSpec
+from edgekit.core.errors import BadInput
+from edgekit.core.signature import Signature, TensorSpec
 from tests.conftest import DIGITS_CALIB, DIGITS_EVAL
 
 DIGITS_SIG = Signature((TensorSpec("x", (1, 1, 8, 8)),))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.check import load_config
-from edgekit.errors import BadInput
+from edgekit.features.check import load_config
+from edgekit.core.errors import BadInput
 from tests import damage
 from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, KERAS, KERAS_CALIB, KERAS_EVAL, MOBILENET,
                             MOBILENET_EVAL, REPO, convert_sample, run_cli)
@@ -63,12 +63,12 @@ def test_the_example_config_passes_with_junit_and_markdown(tmp_path):
 
 def test_check_opens_each_source_model_once(tmp_path, monkeypatch):
     """Two precisions and the attribution of both int8 cases share one opened model and one reference run."""
-    import edgekit.loading
-    from edgekit.check import run_checks
+    import edgekit.sources.loading
+    from edgekit.features.check import run_checks
 
     opened = []
-    real_open = edgekit.loading.open_source
-    monkeypatch.setattr(edgekit.loading, "open_source", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    real_open = edgekit.sources.loading.open_source
+    monkeypatch.setattr(edgekit.sources.loading, "open_source", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
     lines = []
     cases = run_checks(load_config(EXAMPLE), str(tmp_path / "out"), progress=lines.append, attribution="all")
     assert [c.status for c in cases] == ["pass"] * 4

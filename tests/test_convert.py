@@ -8,12 +8,12 @@ import numpy as np
 import onnx
 import pytest
 
-from edgekit.artifact import ModelArtifact
-from edgekit.errors import BadInput, ConversionFailed
-from edgekit.loading import SourceOptions
-from edgekit.pipeline import ConvertRequest, convert
-from edgekit.runners import run_isolated
-from edgekit.signature import Signature, TensorSpec
+from edgekit.core.artifact import ModelArtifact
+from edgekit.core.errors import BadInput, ConversionFailed
+from edgekit.sources.loading import SourceOptions
+from edgekit.engine.pipeline import ConvertRequest, convert
+from edgekit.engine.runners import run_isolated
+from edgekit.core.signature import Signature, TensorSpec
 from tests.conftest import DIGITS, DIGITS_EVAL
 
 pytestmark = pytest.mark.slow
@@ -63,7 +63,7 @@ def test_onnx_external_data_counts_in_size_and_hash(converted_digits):
 
 def test_runners_reproduce_the_source_outputs_in_child_processes(converted_digits):
     """Each runtime, on its own, gives back the verified outputs for the same inputs."""
-    from edgekit.loading import open_source
+    from edgekit.sources.loading import open_source
 
     result, _ = converted_digits
     src = open_source(str(DIGITS))

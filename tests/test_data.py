@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from edgekit.calibration import load_samples
-from edgekit.errors import BadInput
-from edgekit.signature import Signature, TensorSpec
+from edgekit.core.errors import BadInput
+from edgekit.core.signature import Signature, TensorSpec
 
 SIG = Signature((TensorSpec("x", (1, 1, 8, 8)),))
 

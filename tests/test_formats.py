@@ -8,8 +8,8 @@ import shutil
 import pytest
 import torch
 
-from edgekit.errors import BadInput
-from edgekit.formats import detect
+from edgekit.core.errors import BadInput
+from edgekit.core.formats import detect
 from tests.conftest import DIGITS
 from tests.models import TinyMLP
 

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from edgekit.errors import BadInput, MissingDependency
-from edgekit.graph import Graph
-from edgekit.registry import MANIFEST, Converter, converters
+from edgekit.core.errors import BadInput, MissingDependency
+from edgekit.engine.graph import Graph
+from edgekit.converters.base import MANIFEST, Converter, converters
 
 
 def edge(name, source, target, cost=1.0, precisions=("fp32",), extra="torch", preserve=False):

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.errors import BadInput
+from edgekit.core.errors import BadInput
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, REPO, run_cli
 
 
@@ -47,7 +47,7 @@ def test_a_model_name_cannot_put_artifacts_outside_out(tmp_path, name):
 
 
 def test_two_models_with_one_name_are_refused(tmp_path):
-    from edgekit.check import load_config
+    from edgekit.features.check import load_config
 
     body = f'[[models]]\nname = "m"\npath = "{DIGITS}"\ntargets = ["onnx"]\n' * 2
     with pytest.raises(BadInput, match="more than one model is named 'm'"):
@@ -71,7 +71,7 @@ def test_a_config_import_spec_outside_its_project_is_refused(tmp_path, key, spec
 
 
 def test_import_specs_resolve_inside_the_project_only(tmp_path):
-    from edgekit.loading import import_spec
+    from edgekit.sources.loading import import_spec
 
     (tmp_path / "mycalib.py").write_text("def samples():\n    return [1, 2, 3]\n")
     assert import_spec("mycalib:samples", "calibration function", tmp_path)() == [1, 2, 3]
@@ -151,7 +151,7 @@ def test_an_over_long_path_exits_2(tmp_path, command):
 
 
 def test_a_damaged_io_sidecar_is_named(converted_digits, tmp_path):
-    from edgekit import io_params
+    from edgekit.core import io_params
 
     _, out = converted_digits
     artifact = tmp_path / "digits_cnn.onnx"
@@ -258,10 +258,10 @@ def test_placing_removes_side_files_an_earlier_artifact_left(tmp_path):
     """An earlier run's m.onnx.data and m.onnx.io.json do not belong to a new one-file m.onnx."""
     import onnx
 
-    from edgekit import io_params
-    from edgekit.artifact import ModelArtifact
-    from edgekit.build import place
-    from edgekit.signature import Signature
+    from edgekit.core import io_params
+    from edgekit.core.artifact import ModelArtifact
+    from edgekit.engine.build import place
+    from edgekit.core.signature import Signature
 
     out, work, staging = tmp_path / "out", tmp_path / "work", tmp_path / "out" / ".staging"
     out.mkdir()
@@ -300,8 +300,8 @@ def test_a_stale_io_sidecar_does_not_fail_a_healthy_artifact(tmp_path):
 def test_the_json_describes_the_files_this_run_placed(tmp_path):
     """A second run that places its own digits_cnn.onnx while the first is still converting another target
     does not change what the first reports."""
-    from edgekit.artifact import sha256_files
-    from edgekit.pipeline import ConvertRequest, convert
+    from edgekit.core.artifact import sha256_files
+    from edgekit.engine.pipeline import ConvertRequest, convert
 
     out = tmp_path / "out"
     other = tmp_path / "digits_cnn.pt2"
@@ -325,7 +325,7 @@ def test_the_json_describes_the_files_this_run_placed(tmp_path):
 
 
 def test_a_later_run_removes_the_temporary_folders_of_dead_processes(tmp_path):
-    from edgekit.quiet import private_dir
+    from edgekit.core.quiet import private_dir
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     stale = tmp_path / f".edgekit-tmp-{dead.stdout.strip()}-abc"
@@ -415,7 +415,7 @@ def test_sigterm_ends_a_run_like_ctrl_c_and_sigkill_leaves_nothing_a_later_run_k
 def test_an_hdf5_file_whose_reading_never_ends_exits_2(tmp_path):
     """A fuzzed Keras .h5 (a chunk of its own bytes inserted at the start) on which the HDF5 library spins
     forever inside one attribute read, deaf to Ctrl-C and SIGTERM; it is read in a child process first."""
-    from edgekit.tf_source import HDF5_PROBE_SECONDS
+    from edgekit.sources.tf_source import HDF5_PROBE_SECONDS
 
     started = time.monotonic()
     proc = run_cli("convert", REPO / "tests" / "data" / "hdf5_read_spins.h5", "-t", "tflite", "--out", tmp_path / "o",

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from edgekit.errors import BadInput
+from edgekit.core.errors import BadInput
 from edgekit.targets.inspection import Inspection, inspect_artifact
 from tests.conftest import DIGITS, DIGITS_CALIB, REPO
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from edgekit.check.workers import Pool, available_memory
+from edgekit.features.check.workers import Pool, available_memory
 
 
 def sleeper(seconds: float, *, sources, progress) -> tuple[float, float]:

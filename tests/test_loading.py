@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgekit.errors import BadInput
-from edgekit.loading import SourceOptions, open_source
+from edgekit.core.errors import BadInput
+from edgekit.sources.loading import SourceOptions, open_source
 from tests.conftest import DIGITS
 from tests.models import TinyMLP
 

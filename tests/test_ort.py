@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from edgekit import io_params
+from edgekit.core import io_params
 from edgekit.calibration.sources import CalibrationSpec
-from edgekit.formats import detect
-from edgekit.graph import Graph
-from edgekit.pipeline import ConvertRequest, convert
+from edgekit.core.formats import detect
+from edgekit.engine.graph import Graph
+from edgekit.engine.pipeline import ConvertRequest, convert
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, run_cli
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgekit.errors import BadInput
-from edgekit.loading import SourceOptions, _load_exported, open_source
+from edgekit.core.errors import BadInput
+from edgekit.sources.loading import SourceOptions, _load_exported, open_source
 from tests.conftest import DIGITS, DIGITS_EVAL, MOBILENET, run_cli
 
 TRUST_FIX = "pass --trust-pickle if you trust its author"
@@ -255,7 +255,7 @@ def test_a_graph_call_that_is_not_a_torch_operator_is_refused():
     the graph names when the program runs. Only dispatcher operators and arithmetic pass."""
     import torch.export.custom_ops as custom_ops
 
-    from edgekit.safe_pt2 import load_exported_program, refuse_code_targets
+    from edgekit.sources.safe_pt2 import load_exported_program, refuse_code_targets
 
     ep = load_exported_program(str(DIGITS))
     refuse_code_targets(ep, "digits_cnn.pt2")  # every call is an aten operator

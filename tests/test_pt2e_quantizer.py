@@ -123,8 +123,8 @@ def test_a_cat_of_pixel_boxes_and_scores_stays_float_and_scores_survive(tmp_path
     (0..320) and scores (0..1); edgekit keeps that cat float. (LiteRT's converter refuses this
     head at int8 with or without edgekit: its sigmoid's fixed scale meets a transpose it inserts.)"""
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.pipeline import ConvertRequest, convert
-    from edgekit.verify import METRICS
+    from edgekit.engine.pipeline import ConvertRequest, convert
+    from edgekit.core.verify import METRICS
 
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 1, (24, 1, 3, 16, 16)).astype(np.float32)

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from edgekit.attribution import rank
+from edgekit.core.drift import rank
 from edgekit.calibration.data import load_samples
-from edgekit.loading import open_source
+from edgekit.sources.loading import open_source
 from edgekit.targets import pte_layers
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL
 

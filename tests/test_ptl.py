@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from edgekit.calibration.sources import CalibrationSpec
-from edgekit.errors import ConversionFailed
-from edgekit.graph import Graph
-from edgekit.loading import SourceOptions
-from edgekit.pipeline import ConvertRequest, convert, resolve_targets
-from edgekit.signature import Signature, TensorSpec
+from edgekit.core.errors import ConversionFailed
+from edgekit.engine.graph import Graph
+from edgekit.sources.loading import SourceOptions
+from edgekit.engine.pipeline import ConvertRequest, convert, resolve_targets
+from edgekit.core.signature import Signature, TensorSpec
 from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL,
                             run_cli)
 

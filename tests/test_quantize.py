@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from edgekit import io_params
+from edgekit.core import io_params
 from edgekit.calibration.sources import CalibrationSpec
-from edgekit.errors import BadInput
-from edgekit.pipeline import ConvertRequest, convert
-from edgekit.verify import THRESHOLDS, compare
+from edgekit.core.errors import BadInput
+from edgekit.engine.pipeline import ConvertRequest, convert
+from edgekit.core.verify import THRESHOLDS, compare
 from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL,
                             convert_sample, run_cli)
 
@@ -135,8 +135,8 @@ def test_a_method_the_backend_lacks_is_an_error_not_a_substitute(tmp_path):
 
 def test_inspection_fails_an_int8_verdict_for_a_model_that_did_not_quantize(converted_digits):
     """An fp32 artifact judged as int8: outputs match, but the inspection says it is all float."""
-    from edgekit.loading import open_source
-    from edgekit.runners import run_isolated
+    from edgekit.sources.loading import open_source
+    from edgekit.engine.runners import run_isolated
 
     with np.load(DIGITS_EVAL) as data:
         x = data["x"][:16].reshape(16, 1, 1, 8, 8)

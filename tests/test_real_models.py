@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from edgekit.calibration.sources import CalibrationSpec
-from edgekit.loading import SourceOptions
-from edgekit.pipeline import ConvertRequest, convert, verify_artifacts
+from edgekit.sources.loading import SourceOptions
+from edgekit.engine.pipeline import ConvertRequest, convert, verify_artifacts
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow

@@ -29,7 +29,7 @@ EXPECTED = {f"digits_cnn{'' if p == 'fp32' else '.' + p}{ext}": (fmt, p)
 def artifacts(tmp_path_factory) -> Path:
     """The digits CNN on every target at every precision it reaches — one folder."""
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.pipeline import ConvertRequest, convert
+    from edgekit.engine.pipeline import ConvertRequest, convert
 
     out = tmp_path_factory.mktemp("report")
     for precision in PRECISIONS:
@@ -40,7 +40,7 @@ def artifacts(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def report(artifacts):
-    from edgekit.report import build_report
+    from edgekit.features.report import build_report
 
     return build_report([artifacts])
 
@@ -101,7 +101,7 @@ def test_breakdowns_by_dtype_op_and_tensor(report):
 
 
 def test_precision_inferred_from_the_weights_when_the_name_has_none(artifacts, tmp_path):
-    from edgekit.report import build_report
+    from edgekit.features.report import build_report
 
     renamed = tmp_path / "mystery.tflite"
     shutil.copy(artifacts / "digits_cnn.int8.tflite", renamed)
@@ -111,7 +111,7 @@ def test_precision_inferred_from_the_weights_when_the_name_has_none(artifacts, t
 
 
 def test_fp32_partner_found_beside_a_single_artifact(artifacts):
-    from edgekit.report import build_report
+    from edgekit.features.report import build_report
 
     (a,) = build_report([artifacts / "digits_cnn.int8.onnx"]).artifacts
     assert Path(a.fp32_path).name == "digits_cnn.onnx"
@@ -232,7 +232,7 @@ def _bars(rgb, colors: dict[str, tuple[int, int, int]], min_run: int = 20) -> li
 def test_html_page_renders_its_chart_in_a_browser(artifacts, tmp_path, report):
     """The page from `edgekit report --html`, as Chromium draws it: one bar per artifact, in order, in the
     colour of its precision, as long as its size says, above the summary table."""
-    from edgekit.report import _COLORS
+    from edgekit.features.report import _COLORS
 
     page, png, size = tmp_path / "sizes.html", tmp_path / "sizes.png", (1280, 1000)
     proc = run_cli("report", artifacts, "--html", page)

@@ -52,7 +52,7 @@ def test_fp32_artifacts_are_byte_identical(converted_digits, tmp_path):
 
 def test_int8_artifacts_are_byte_identical(tmp_path):
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.pipeline import ConvertRequest, convert
+    from edgekit.engine.pipeline import ConvertRequest, convert
 
     result = convert(ConvertRequest(str(DIGITS), ("all",), str(tmp_path / "api"), precision="int8",
                                     eval_data=str(DIGITS_EVAL), calibration=CalibrationSpec(str(DIGITS_CALIB))))

@@ -1,4 +1,4 @@
-"""Accuracy-aware int8 (edgekit.search): budgets, layer overrides, and the search on real runtimes."""
+"""Accuracy-aware int8 (edgekit.engine.search): budgets, layer overrides, and the search on real runtimes."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from edgekit.errors import BadInput
-from edgekit.quant import LayerOverride, QuantSpec, parse_overrides
-from edgekit.search import Budget, Measurement, Search, parse_budgets
-from edgekit.verify import only_near_ties
+from edgekit.core.errors import BadInput
+from edgekit.core.quant import LayerOverride, QuantSpec, parse_overrides
+from edgekit.engine.search import Budget, Measurement, Search, parse_budgets
+from edgekit.core.verify import only_near_ties
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, run_cli
 
 BAD = "tests.models:one_bad_layer"  # conv2 cannot be int8 (see tests/models.py)

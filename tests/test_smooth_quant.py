@@ -49,7 +49,7 @@ def test_onnx_smoothing_keeps_the_function(tmp_path):
     samples = _samples()
     path = tmp_path / "block.onnx"
     torch.onnx.export(block, samples[0], str(path), input_names=["x"], dynamo=True, external_data=False)
-    from edgekit.loading import open_source
+    from edgekit.sources.loading import open_source
 
     assert smooth_quant.applies(open_source(str(path)))
     inserted = smooth_quant.smooth_onnx(path, tmp_path / "smoothed.onnx", ({"x": s[0].numpy()} for s in samples))
@@ -69,7 +69,7 @@ def test_a_model_without_normalized_linears_is_left_as_it_is(tmp_path):
 
 
 def test_auto_tries_every_method_with_every_combination_of_the_passes():
-    from edgekit.quant import QuantSpec, auto_specs
+    from edgekit.core.quant import QuantSpec, auto_specs
 
     specs = auto_specs(QuantSpec("int8", "auto"), ("minmax", "mse"), ("smooth_quant", "bias_correction"))
     assert [(s.method, s.smooth_quant, s.bias_correction) for s in specs] == [
@@ -79,7 +79,7 @@ def test_auto_tries_every_method_with_every_combination_of_the_passes():
 
 
 def test_smooth_quant_applies_to_models_with_linears_reading_a_normalization(tmp_path):
-    from edgekit.loading import SourceOptions, open_source
+    from edgekit.sources.loading import SourceOptions, open_source
 
     assert smooth_quant.applies(open_source("tests.models:normalized_block", SourceOptions(input_shapes=("x=1,4,16",))))
     assert not smooth_quant.applies(open_source("tests.models:one_bad_layer", SourceOptions(input_shapes=("x=1,1,8,8",))))

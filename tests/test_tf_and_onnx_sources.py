@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from edgekit.errors import BadInput
-from edgekit.graph import Graph
-from edgekit.loading import open_source
-from edgekit.pipeline import ConvertRequest, convert
+from edgekit.core.errors import BadInput
+from edgekit.engine.graph import Graph
+from edgekit.sources.loading import open_source
+from edgekit.engine.pipeline import ConvertRequest, convert
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, KERAS, KERAS_CALIB, KERAS_EVAL, convert_sample, run_cli
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from edgekit.errors import EXIT_BAD_INPUT, BadInput
+from edgekit.core.errors import EXIT_BAD_INPUT, BadInput
 from tests.conftest import KERAS, KERAS_EVAL, run_cli
 
 STRING = 7  # DT_STRING
@@ -59,7 +59,7 @@ def ops(findings):
 
 
 def scan(mg):
-    from edgekit.tf_safety import scan_meta_graph
+    from edgekit.sources.tf_safety import scan_meta_graph
 
     return scan_meta_graph(mg)
 
@@ -195,7 +195,7 @@ def test_a_crafted_path_graph_cannot_make_the_scan_slow():
 def test_check_saved_model_names_op_node_function_and_fix(tmp_path):
     from tensorflow.core.protobuf import saved_model_pb2
 
-    from edgekit.tf_safety import check_saved_model
+    from edgekit.sources.tf_safety import check_saved_model
 
     sm = saved_model_pb2.SavedModel()
     mg = sm.meta_graphs.add()
@@ -217,7 +217,7 @@ def test_check_saved_model_names_op_node_function_and_fix(tmp_path):
 
 def test_every_candidate_op_of_the_registry_is_classified():
     """The sets were read from this enumeration; a TensorFlow upgrade that adds a candidate fails here."""
-    from edgekit.tf_safety import classification, registry_candidates
+    from edgekit.sources.tf_safety import classification, registry_candidates
 
     candidates = registry_candidates()
     assert {"ReadFile", "WriteFile", "PyFunc", "RpcServer", "SaveV2", "ImmutableConst"} <= set(candidates)
@@ -247,7 +247,7 @@ def keras_archive(path, layer):
      ["'lookup'", "/etc/passwd"]),
 ])
 def test_keras_config_that_loads_files_from_outside_is_refused_before_keras_runs(tmp_path, layer, words):
-    from edgekit.loading import open_source
+    from edgekit.sources.loading import open_source
 
     with pytest.raises(BadInput) as e:
         open_source(str(keras_archive(tmp_path / "m.keras", layer)))
@@ -255,7 +255,7 @@ def test_keras_config_that_loads_files_from_outside_is_refused_before_keras_runs
 
 
 def test_sample_keras_model_passes_the_config_check():
-    from edgekit.tf_safety import check_keras_file
+    from edgekit.sources.tf_safety import check_keras_file
 
     check_keras_file(str(KERAS))
 
@@ -334,7 +334,7 @@ def test_clean_savedmodels_still_load_and_convert(tmp_path):
     import keras
     import tensorflow as tf
 
-    from edgekit.tf_safety import scan_saved_model
+    from edgekit.sources.tf_safety import scan_saved_model
 
     class Small(tf.Module):
         def __init__(self):

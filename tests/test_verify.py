@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from edgekit.errors import BadInput
-from edgekit.verify import METRICS, THRESHOLDS, compare, parse_thresholds
+from edgekit.core.errors import BadInput
+from edgekit.core.verify import METRICS, THRESHOLDS, compare, parse_thresholds
 
 
 def test_metrics_on_known_values():

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from edgekit.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EdgekitError, environment_error
+from edgekit.core.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EdgekitError, environment_error
 
 app = typer.Typer(
     name="edgekit",
@@ -45,7 +45,7 @@ def handled(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from edgekit.quiet import private_temp
+        from edgekit.core.quiet import private_temp
 
         try:
             with private_temp():
@@ -109,13 +109,13 @@ def convert(
     """Convert MODEL to each target and verify every artifact against the source model."""
     from edgekit.calibration.sources import CalibrationSpec
     from edgekit.cli.render import Reporter, render_result
-    from edgekit.errors import BadInput
-    from edgekit.loading import SourceOptions
-    from edgekit.pipeline import ConvertRequest
-    from edgekit.pipeline import convert as run
-    from edgekit.quant import GRANULARITIES, parse_overrides
-    from edgekit.search import parse_budgets
-    from edgekit.verify import parse_thresholds
+    from edgekit.core.errors import BadInput
+    from edgekit.sources.loading import SourceOptions
+    from edgekit.engine.pipeline import ConvertRequest
+    from edgekit.engine.pipeline import convert as run
+    from edgekit.core.quant import GRANULARITIES, parse_overrides
+    from edgekit.engine.search import parse_budgets
+    from edgekit.core.verify import parse_thresholds
 
     if int8:
         if precision not in ("fp32", "int8"):
@@ -152,7 +152,7 @@ def convert(
 def graph(as_json: Annotated[bool, typer.Option("--json", help="Print the graph as JSON.")] = False):
     """Show every converter edge and target runtime, and whether each is available here."""
     from edgekit.cli.render import render_graph
-    from edgekit.registry import converters
+    from edgekit.converters.base import converters
     from edgekit.targets import TARGETS
 
     edges = sorted(converters().values(), key=lambda c: (c.source, c.target))
@@ -175,9 +175,9 @@ def report(
     html_out: Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML page here.")] = None,
 ):
     """How big every artifact is, and why: side files, precision, ratios, dtypes, ops, largest tensors."""
-    from edgekit import report as sizes
+    from edgekit.features import report as sizes
     from edgekit.cli.render import _console
-    from edgekit.errors import BadInput
+    from edgekit.core.errors import BadInput
 
     if as_json and markdown:
         raise BadInput("--json and --markdown both write to stdout", fix="choose one")
@@ -218,10 +218,10 @@ def layers(
     trust_model_code: Annotated[bool, typer.Option("--trust-model-code", help=TRUST_CODE)] = False,
 ):
     """Which layers of an int8 artifact lose the most signal: SQNR per layer against the float model."""
-    from edgekit.attribution import attribute
+    from edgekit.features.attribution import attribute
     from edgekit.calibration.sources import CalibrationSpec
     from edgekit.cli.render import Reporter
-    from edgekit.loading import SourceOptions
+    from edgekit.sources.loading import SourceOptions
 
     ranked = attribute(str(artifact), str(source), source_options=SourceOptions(trust_pickle=trust_pickle, input_shapes=tuple(input_shape),
                                                   trust_model_code=trust_model_code),
@@ -254,9 +254,9 @@ def check(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Convert and verify again even when the artifact cache holds this exact result.")] = False,
 ):
     """The CI gate: convert and verify what the config lists; exit 1 when a budget is broken."""
-    from edgekit import check as gate
+    from edgekit.features import check as gate
     from edgekit.cli.render import Reporter
-    from edgekit.errors import BadInput
+    from edgekit.core.errors import BadInput
 
     if attribution not in ("failing", "all", "none"):
         raise BadInput(f"--attribution {attribution!r}", fix="use failing, all or none")
@@ -271,7 +271,7 @@ def check(
     if update_baseline:
         _output_file(baseline, "--baseline")
     reporter = Reporter(_stderr())
-    from edgekit.loading import SourceOptions
+    from edgekit.sources.loading import SourceOptions
 
     trust = SourceOptions(trust_pickle=trust_pickle, trust_model_code=trust_model_code)
     seeds = {} if update_baseline else gate.baseline_seeds(baseline)  # searches start where the baseline ended
@@ -289,7 +289,7 @@ def check(
             f.write(gate.to_markdown(cases))
     if as_json:
         sys.stdout.write(json.dumps(_finite(gate.to_json(cases)), indent=2, allow_nan=False) + "\n")
-    from edgekit.attribution import SHOWN
+    from edgekit.core.drift import SHOWN
 
     for c in cases:
         line = f"{'PASS' if c.status == 'pass' else 'FAIL'} {c.name}"
@@ -305,7 +305,7 @@ def check(
 @handled
 def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("demo-out")):
     """Convert the bundled digits CNN to every target and verify each on the digits eval split."""
-    from edgekit.errors import BadInput
+    from edgekit.core.errors import BadInput
 
     samples = REPO / "sample_models"
     model, eval_data = samples / "digits_cnn.pt2", samples / "digits_eval.npz"
@@ -325,7 +325,7 @@ app.add_typer(cache_app, name="cache")
 @handled
 def cache_info(as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False):
     """Where the cache is, how many results it holds and how much space they take."""
-    from edgekit.cache import ArtifactCache
+    from edgekit.engine.cache import ArtifactCache
 
     info = ArtifactCache().info()
     if as_json:
@@ -339,7 +339,7 @@ def cache_info(as_json: Annotated[bool, typer.Option("--json", help="Print as JS
 @handled
 def cache_clear():
     """Remove every cached result."""
-    from edgekit.cache import ArtifactCache
+    from edgekit.engine.cache import ArtifactCache
 
     cache = ArtifactCache()
     removed = cache.clear()
@@ -347,14 +347,14 @@ def cache_clear():
 
 
 def _cache(no_cache: bool):
-    from edgekit.cache import ArtifactCache
+    from edgekit.engine.cache import ArtifactCache
 
     return None if no_cache else ArtifactCache()
 
 
 def _output_file(path: Path | None, option: str) -> None:
     """Check, before any work, that `path` can be written: its folder is made if missing."""
-    from edgekit.errors import BadInput
+    from edgekit.core.errors import BadInput
 
     if path is None:
         return
@@ -370,7 +370,7 @@ def _output_file(path: Path | None, option: str) -> None:
 
 
 def _output_folder(path: Path, option: str = "--out") -> None:
-    from edgekit.errors import BadInput
+    from edgekit.core.errors import BadInput
 
     if path.exists() and not path.is_dir():
         raise BadInput(f"{option} {path} is a file, not a folder", fix=f"give {option} a folder")

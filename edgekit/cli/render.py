@@ -7,7 +7,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from edgekit.quant import PASSES
+from edgekit.core.quant import PASSES
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skipped": "yellow"}
 

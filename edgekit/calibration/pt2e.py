@@ -1,0 +1,156 @@
+"""PT2E post-training quantization, shared by the litert-torch and ExecuTorch backends.
+
+Both backends take a PT2E quantizer (litert-torch's `PT2EQuantizer`, ExecuTorch's
+`XNNPACKQuantizer`) configured with a symmetric, per-channel int8 config. The calibration method
+chooses the activation observer:
+
+    minmax     → MinMaxObserver      (the range seen)
+    percentile → PercentileObserver  (torchao's HistogramObserver, its range clipped at the
+                                      PERCENTILE-th percentile of the values seen on each side, as
+                                      onnxruntime's Percentile calibrator does)
+    mse        → HistogramObserver   (the range that minimises the L2 quantization error; the default
+                                      of both backends' configs)
+
+Entropy has no PT2E observer, so these backends refuse it (see METHODS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import numpy as np
+
+from edgekit.calibration import bias_correction, smooth_quant
+from edgekit.calibration.data import SampleSet
+from edgekit.calibration.pt2e_quantizer import EdgeQuantizer, make, mixed_scale_cats
+from edgekit.core.errors import ConversionFailed, first_line
+
+METHODS = ("minmax", "percentile", "mse")
+PERCENTILE = 99.999  # onnxruntime's Percentile calibrator's default, so that both mean the same
+
+
+def _observer(method: str):
+    from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
+
+    return {"minmax": MinMaxObserver, "percentile": percentile_observer(), "mse": HistogramObserver}[method]
+
+
+@functools.cache
+def percentile_observer():
+    """The percentile observer class, defined on demand (no torch import with this module)."""
+    import torch
+    from torchao.quantization.pt2e.observer import HistogramObserver
+
+    class PercentileObserver(HistogramObserver):
+        """HistogramObserver's histogram of every value seen; the range is cut where PERCENTILE percent
+        of the values lie on its inner side, at each end, instead of by its L2 search."""
+
+        def _non_linear_param_search(self):
+            total = self.histogram.sum()
+            if total <= 0:
+                return self.min_val, self.max_val
+            cdf = torch.cumsum(self.histogram.double(), 0) / total
+            tail = torch.tensor([1 - PERCENTILE / 100, PERCENTILE / 100], dtype=cdf.dtype)
+            low, high = (int(i) for i in torch.searchsorted(cdf, tail).clamp(max=self.bins - 1))
+            width = (self.max_val - self.min_val) / self.bins
+            return self.min_val + width * low, torch.minimum(self.min_val + width * (high + 1), self.max_val)
+
+    return PercentileObserver
+
+
+def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic: bool, per_channel: bool = True):
+    """Set the backend `quantizer`'s global config: symmetric int8 (weights per channel unless
+    `per_channel` is False) with the method's observer. Quantize with `edgekit_quantizer(quantizer,
+    ...)`, which adds edgekit's patterns."""
+    config = get_config(is_per_channel=per_channel, is_dynamic=dynamic)
+    if not dynamic:
+        # The config classes are frozen dataclasses: replace the activation observer.
+        act = dataclasses.replace(config.input_activation,
+                                  observer_or_fake_quant_ctr=_observer(method).with_args(eps=2 ** -12))
+        config = dataclasses.replace(config, input_activation=act, output_activation=act)
+    return quantizer.set_global(config)
+
+
+# What each backend's kernels take: TFLite runs BATCH_MATMUL in int8 and FULLY_CONNECTED on any
+# rank; XNNPACK's bmm is float only and its static int8 linear needs a 2-D input.
+BACKENDS = {"tflite": dict(matmul_int8=True, linears_2d=False),
+            "xnnpack": dict(matmul_int8=False, linears_2d=True)}
+
+
+def edgekit_quantizer(backend, get_config: Callable[..., Any], kind: str, float_layers: tuple[str, ...] = ()):
+    """The configured `backend` quantizer ("tflite" or "xnnpack", the `kind`) with edgekit's
+    annotations (see edgekit.calibration.pt2e_quantizer); `get_config` gives it the backend's
+    dynamic config; the `float_layers` (module paths) stay float."""
+    return make(backend, get_config(is_per_channel=True, is_dynamic=True), float_layers=float_layers, **BACKENDS[kind])
+
+
+def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, example_args: tuple,
+             fold_quantize: bool, correct_biases: bool = False, smooth: bool = False):
+    """(SmoothQuant, see edgekit.calibration.smooth_quant →) prepare_pt2e → run the calibration samples →
+    convert_pt2e (→ bias correction on the same samples, see edgekit.calibration.bias_correction).
+    Returns the quantized GraphModule.
+
+    `calibration` is None for dynamic quantization: activations are quantized at run time, and one
+    run on `example_args` only traces the observers.
+    """
+    import torch
+    from torchao.quantization.pt2e import move_exported_model_to_eval
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    def sample(i: int) -> list:
+        return [torch.from_numpy(np.array(calibration.inputs[n][i], copy=True)) for n in input_names]
+
+    correct_biases = correct_biases and calibration is not None
+    if calibration is not None and isinstance(quantizer, EdgeQuantizer):
+        smoothed = smooth_quant.smooth_pt2e(module, (sample(i) for i in range(len(calibration)))) if smooth else []
+        quantizer.keep_float = mixed_scale_cats(module, [sample(i) for i in range(min(len(calibration), 8))]) | set(smoothed)
+    prepared = prepare_pt2e(module, quantizer)
+    move_exported_model_to_eval(prepared)
+    with torch.no_grad():
+        if calibration is None:
+            _run_naming_node(prepared, example_args)
+        for i in range(len(calibration) if calibration is not None else 0):
+            _run_naming_node(prepared, sample(i))
+    weights = bias_correction.float_weights(prepared) if correct_biases else None
+    converted = convert_pt2e(prepared, fold_quantize=fold_quantize)
+    move_exported_model_to_eval(converted)
+    if correct_biases:
+        bias_correction.correct(converted, weights, (sample(i) for i in range(len(calibration))))
+    converted.training = False  # exported modules refuse .eval(); converters read .training
+    return converted
+
+
+def _run_naming_node(prepared, args) -> None:
+    """Run the prepared (observed) model once; when it fails, say at which node of the graph and
+    from which module of the source, instead of a bare library exception."""
+    import torch
+
+    try:
+        prepared(*args)
+        return
+    except Exception as first:  # noqa: BLE001 - re-run node by node to name the culprit
+        failing = {}
+
+        class Naming(torch.fx.Interpreter):
+            def run_node(self, node):
+                failing["node"] = node
+                return super().run_node(node)
+
+        try:
+            Naming(prepared).run(*args)
+        except Exception:  # noqa: BLE001
+            pass
+        node = failing.get("node")
+        if node is None:
+            raise
+        stack = node.meta.get("nn_module_stack") or {}
+        module = next(reversed(stack.values()))[0] if stack else "the model's top level"
+        raise ConversionFailed(
+            f"int8 calibration failed at node {node.name} ({node.target}, in {module}): "
+            f"{type(first).__name__}: {first_line(first)}",
+            fix="edgekit's quantizer keeps integer tensors, masks and indices unquantized; this op still "
+                "received a quantized or re-typed input: convert this model with -p int8-dynamic, or "
+                "report the op",
+        ) from first

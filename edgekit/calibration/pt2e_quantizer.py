@@ -1,0 +1,464 @@
+"""edgekit's PT2E quantizer: a backend's own quantizer, with the patterns real models have.
+
+litert-torch's `PT2EQuantizer` and ExecuTorch's `XNNPACKQuantizer` annotate the patterns of small
+convolutional nets well and miss ones that real pretrained models are made of. `EdgeQuantizer`
+wraps the backend's quantizer (it does not copy it): it rewrites the graph a little before the
+backend sees it, annotates a few patterns first (the backend's annotators skip nodes that are
+already annotated), lets the backend annotate the rest, then removes annotations that would
+quantize something that must stay exact. What it adds, and why:
+
+- **A clamp after a conv, linear or add** (ReLU6, hardtanh, `clamp(min, max)`) is annotated as
+  one fused unit, with the observer on the clamp's output. The backends give the clamp the
+  producer's pre-clamp range (a 0..6 activation quantized over −179..93 keeps a handful of
+  levels). Both backends fuse the clamp into the producer when they lower it (XNNPACK's output
+  min/max, TFLite's fused RELU6). `clamp` with scalar bounds is rewritten to the equivalent
+  `hardtanh`, the form both lowerings fuse.
+- **Embedding tables** get int8 weights, per row (weight-only: the lookup returns float). In a
+  transformer the token table is often the largest weight.
+- **Activation × activation matmul** (attention scores and context) is annotated where the
+  backend runs it in int8 (`matmul_int8=True`: TFLite's BATCH_MATMUL; XNNPACK's bmm is float
+  only, so there it stays float).
+- **Integers stay integers.** Integer scalar no-ops (`add(arange, 0)` for position ids) are
+  removed, and any other integer add/mul with a scalar is kept away from the backends'
+  scalar-to-tensor step, which would turn an index into a float (ExecuTorch then fails with
+  "tensors used as indices must be long").
+- **Nothing computed from integer inputs only is quantized** (attention masks, position ids,
+  anything feeding an index): an additive attention mask spans −3.4e38..0, and an add that
+  carries it cannot be quantized without destroying the scores it is added to.
+- **A transformer's residual stream stays float** (adds that feed a normalization), and the
+  linears writing into it keep int8 weights with activations quantized at run time.
+- **A cat of very different ranges stays float** (a detector's pixel boxes beside its class
+  scores), where the backends would give all its inputs one scale.
+- **Linears on N-D inputs become 2-D** for XNNPACK (`linears_2d=True`), which cannot build a
+  static int8 linear on a 3-D input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgekit.calibration.methods import mixed_scale
+
+_CLAMPS = ("hardtanh.default", "hardtanh_.default")
+_CLAMP_PRODUCERS = ("conv1d.default", "conv2d.default", "convolution.default", "linear.default", "add.Tensor")
+_MATMULS = ("matmul.default", "bmm.default")
+# Ops that combine a mask-like tensor with an activation: when one input is integer-derived, the
+# output carries its range (or its meaning) and stays float.
+_COMBINERS = ("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "where.self", "masked_fill.Scalar",
+              "masked_fill.Tensor", "maximum.default", "minimum.default")
+_NORMS = ("layer_norm.default", "native_layer_norm.default", "rms_norm.default", "group_norm.default")
+_PASS_THROUGH = ("dropout.default", "view.default", "reshape.default", "clone.default", "contiguous.default")
+_INDEX_USERS = {"embedding.default": (1,), "index_select.default": (2,), "gather.default": (2,)}
+
+
+def _name(node) -> str:
+    """'add.Tensor' for torch.ops.aten.add.Tensor; '' for anything that is not an aten op."""
+    target = getattr(node, "target", None)
+    name = getattr(target, "_name", None) if node.op == "call_function" else None
+    if not isinstance(name, str) or not name.startswith("aten::"):
+        return ""
+    op, _, overload = name[len("aten::"):].partition(".")
+    return f"{op}.{overload or 'default'}"
+
+
+def _dtype(node):
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    return getattr(val, "dtype", None)
+
+
+def _is_float(node) -> bool:
+    dtype = _dtype(node)
+    return dtype is not None and dtype.is_floating_point
+
+
+class EdgeQuantizer:
+    """A PT2E quantizer made of a configured backend quantizer and edgekit's additions.
+
+    `backend` is a litert-torch `PT2EQuantizer` or an ExecuTorch `XNNPACKQuantizer` whose global
+    config is set, `dynamic_config` the backend's config for activations quantized at run time;
+    `matmul_int8` says whether the backend runs activation × activation matmuls in int8,
+    `linears_2d` whether it needs linears on 2-D inputs. Built by `make()`, which subclasses
+    torchao's `Quantizer` on demand (no torch import here).
+    """
+
+    def __init__(self, backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool,
+                 float_layers: tuple[str, ...] = ()):
+        self.backend = backend
+        self.float_layers = float_layers  # module paths kept float (a QuantSpec's overrides)
+        self.config = backend.global_config
+        self.dynamic_config = dynamic_config
+        self.keep_float: set[str] = set()  # node names that stay float (pt2e.quantize sets them)
+        self.matmul_int8 = matmul_int8
+        self.linears_2d = linears_2d
+
+    def transform_for_annotation(self, model):
+        _clamps_to_hardtanh(model)
+        _keep_integer_scalars(model)
+        if self.linears_2d:
+            _linears_2d(model)
+        return self.backend.transform_for_annotation(model)
+
+    def annotate(self, model):
+        dynamic = self.config.input_activation is not None and self.config.input_activation.is_dynamic
+        _annotate_embeddings(model, self.config)
+        if not dynamic:
+            _annotate_fused_clamps(model, self.config)
+            if self.matmul_int8:
+                _annotate_matmuls(model, self.config)
+        self.backend.annotate(model)
+        _unquantize_integer_derived(model)
+        if not dynamic:
+            _float_residual_stream(model, self.dynamic_config.input_activation)
+        for node in model.graph.nodes:
+            if node.name in self.keep_float:
+                _strip(node)
+        for node in _layer_nodes(model, self.float_layers):
+            _strip(node)
+        _drop_dangling_shares(model)  # specs shared with what the steps above unquantized
+        return model
+
+    def validate(self, model) -> None:
+        self.backend.validate(model)
+
+
+def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool, float_layers: tuple[str, ...] = ()):
+    """An `EdgeQuantizer` that is also a torchao `Quantizer` (what prepare_pt2e takes)."""
+    from torchao.quantization.pt2e.quantizer import Quantizer
+
+    class _Quantizer(EdgeQuantizer, Quantizer):
+        def __init__(self):
+            Quantizer.__init__(self)
+            EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8, linears_2d=linears_2d,
+                                   float_layers=float_layers)
+
+    return _Quantizer()
+
+
+def mixed_scale_cats(module, samples) -> set[str]:
+    """Names of the cat nodes of `module` whose inputs span very different ranges on `samples`
+    (tuples of input tensors), measured in float before quantizing: the backends give every input
+    of a cat one shared scale."""
+    import torch
+
+    peaks: dict[str, list[float]] = {}
+
+    class Ranges(torch.fx.Interpreter):
+        def run_node(self, node):
+            if _name(node) == "cat.default":
+                for i, t in enumerate(self.env[a] for a in node.args[0] if a in self.env):
+                    if t.is_floating_point() and t.numel():
+                        spans = peaks.setdefault(node.name, [])
+                        peak = float(t.detach().abs().max())
+                        if i < len(spans):
+                            spans[i] = max(spans[i], peak)
+                        else:
+                            spans.append(peak)
+            return super().run_node(node)
+
+    with torch.no_grad():
+        for args in samples:
+            Ranges(module).run(*args)
+    return {name for name, spans in peaks.items() if mixed_scale(spans)}
+
+
+# --- graph rewrites (before annotation) ---------------------------------------------------------
+
+def _clamps_to_hardtanh(model) -> None:
+    """clamp(x, lo, hi) with two scalar bounds is hardtanh(x, lo, hi): the form that fuses."""
+    import torch
+
+    changed = False
+    for node in model.graph.nodes:
+        if _name(node) == "clamp.default" and len(node.args) == 3 and _is_float(node.args[0]):
+            lo, hi = node.args[1], node.args[2]
+            if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+                node.target = torch.ops.aten.hardtanh.default
+                node.args = (node.args[0], float(lo), float(hi))
+                changed = True
+    if changed:
+        model.recompile()
+
+
+def _keep_integer_scalars(model) -> None:
+    """Remove integer `x + 0` / `x * 1`; route other integer add/mul with a scalar to the .Scalar
+    overloads, which the backends' scalar-to-tensor step leaves alone."""
+    import torch
+
+    scalar_overload = {"add.Tensor": torch.ops.aten.add.Scalar, "mul.Tensor": torch.ops.aten.mul.Scalar}
+    noop = {"add.Tensor": 0, "mul.Tensor": 1}
+    changed = False
+    for node in list(model.graph.nodes):
+        name = _name(node)
+        if name not in scalar_overload or node.kwargs.get("alpha", 1) != 1:
+            continue
+        tensors = [a for a in node.args if isinstance(a, torch.fx.Node)]
+        scalars = [a for a in node.args if isinstance(a, (int, float, bool))]
+        if len(tensors) != 1 or len(scalars) != 1 or _is_float(tensors[0]) or _dtype(tensors[0]) is None:
+            continue
+        if scalars[0] == noop[name] and _dtype(tensors[0]) == _dtype(node):
+            node.replace_all_uses_with(tensors[0])
+            model.graph.erase_node(node)
+        else:
+            node.target = scalar_overload[name]
+            node.args = (tensors[0], scalars[0])
+        changed = True
+    if changed:
+        model.graph.eliminate_dead_code()
+        model.recompile()
+
+
+def _linears_2d(model) -> None:
+    """linear(x) on an N-D x (a transformer's [batch, tokens, features]) becomes
+    reshape → 2-D linear → reshape, the form XNNPACK's static int8 linear takes."""
+    import torch
+
+    view = torch.ops.aten.view.default
+    changed = False
+    for node in list(model.graph.nodes):
+        val = node.meta.get("val")
+        if _name(node) != "linear.default" or val is None or node.args[0].meta.get("val") is None:
+            continue
+        x = node.args[0]
+        shape = list(x.meta["val"].shape)
+        if len(shape) <= 2:
+            continue
+        with model.graph.inserting_before(node):
+            flat = model.graph.call_function(view, (x, [-1, shape[-1]]))
+            flat.meta = {**node.meta, "val": x.meta["val"].reshape(-1, shape[-1])}
+            linear = model.graph.call_function(node.target, (flat, *node.args[1:]), dict(node.kwargs))
+            linear.meta = {**node.meta, "val": val.reshape(-1, val.shape[-1])}
+            back = model.graph.call_function(view, (linear, list(val.shape)))
+            back.meta = dict(node.meta)
+        node.replace_all_uses_with(back)
+        model.graph.erase_node(node)
+        changed = True
+    if changed:
+        model.recompile()
+
+
+# --- annotations --------------------------------------------------------------------------------
+
+def _annotation(node):
+    from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
+
+    return node.meta.get(Q_ANNOTATION_KEY)
+
+
+def _annotated(nodes) -> bool:
+    return any(a is not None and a._annotated for a in map(_annotation, nodes))
+
+
+def _set(node, input_qspec_map: dict, output_qspec=None) -> None:
+    from torchao.quantization.pt2e.quantizer import QuantizationAnnotation
+    from torchao.quantization.pt2e.quantizer.quantizer import Q_ANNOTATION_KEY
+
+    node.meta[Q_ANNOTATION_KEY] = QuantizationAnnotation(input_qspec_map=input_qspec_map,
+                                                         output_qspec=output_qspec, _annotated=True)
+
+
+def _annotate_embeddings(model, config) -> None:
+    """Embedding tables: int8 weights (per row); the indices and the float result untouched."""
+    spec = config.weight  # per output channel (axis 0): per row for a table
+    if spec is None:
+        return
+    for node in model.graph.nodes:
+        if _name(node) == "embedding.default" and not _annotated([node]):
+            _set(node, {node.args[0]: spec})
+
+
+def _annotate_fused_clamps(model, config) -> None:
+    """conv/linear/add → hardtanh as one unit: inputs on the producer, output on the clamp."""
+    act, weight, bias = config.input_activation, config.weight, config.bias
+    for clamp in model.graph.nodes:
+        if _name(clamp) not in _CLAMPS:
+            continue
+        producer = clamp.args[0]
+        if not hasattr(producer, "op") or _name(producer) not in _CLAMP_PRODUCERS or len(producer.users) != 1:
+            continue
+        inputs = {}
+        if _name(producer) == "add.Tensor":
+            operands = [a for a in producer.args[:2] if hasattr(a, "op")]
+            if len(operands) != 2 or not all(_is_float(a) for a in operands):
+                continue
+            inputs = {a: act for a in operands}
+            partition = [producer, clamp]
+        else:
+            inputs[producer.args[0]] = act
+            inputs[producer.args[1]] = weight
+            partition = [producer, clamp, producer.args[1]]
+            if len(producer.args) > 2 and hasattr(producer.args[2], "op"):
+                inputs[producer.args[2]] = bias
+                partition.append(producer.args[2])
+        if _annotated(partition):
+            continue
+        _set(producer, {k: v for k, v in inputs.items() if v is not None})
+        _set(clamp, {}, config.output_activation)
+        for n in partition[2:]:
+            _set(n, {})
+
+
+def _annotate_matmuls(model, config) -> None:
+    """Activation × activation matmul (attention): both operands and the result int8."""
+    act = config.input_activation
+    for node in model.graph.nodes:
+        if _name(node) in _MATMULS and not _annotated([node]):
+            operands = [a for a in node.args[:2] if hasattr(a, "op")]
+            if len(operands) == 2 and all(_is_float(a) for a in operands):
+                _set(node, {a: act for a in operands}, config.output_activation)
+
+
+def _integer_derived(model) -> set:
+    """Nodes whose value is computed from integer inputs and in-graph constants only (attention
+    masks, position ids), and integer constants (arange)."""
+    derived, constant = set(), set()
+    for node in model.graph.nodes:
+        if node.op == "placeholder":
+            dtype = _dtype(node)
+            if dtype is not None and not dtype.is_floating_point:
+                derived.add(node)
+        elif node.op == "get_attr":
+            val = node.meta.get("val")
+            if val is not None and val.numel() <= 1:
+                constant.add(node)  # what the backends make of a Python scalar operand
+        elif node.op == "call_function":
+            inputs = node.all_input_nodes
+            if all(i in constant for i in inputs):
+                constant.add(node)  # zeros, full, arange, and arithmetic on them
+            elif all(i in constant or i in derived for i in inputs):
+                derived.add(node)
+    return derived | {c for c in constant if c.op == "call_function" and not _is_float(c)}
+
+
+def _unquantize_integer_derived(model) -> None:
+    """Strip quantization from integer tensors, from everything computed from integer inputs
+    only, from what feeds an index, and from the output of ops that combine such a tensor with an
+    activation."""
+    derived = _integer_derived(model)
+    feeds_index = set()
+    for node in model.graph.nodes:
+        for i in _INDEX_USERS.get(_name(node), ()):
+            if i < len(node.args) and hasattr(node.args[i], "op"):
+                feeds_index.add(node.args[i])
+    keep_exact = derived | feeds_index
+    for node in model.graph.nodes:
+        annotation = _annotation(node)
+        if annotation is None:
+            continue
+        if node in keep_exact or not _is_float(node):
+            annotation.output_qspec = None
+        for i in list(annotation.input_qspec_map):
+            if i in keep_exact or not _is_float(i):
+                del annotation.input_qspec_map[i]
+                if _name(node) in _COMBINERS:
+                    annotation.output_qspec = None
+
+
+def _float_residual_stream(model, dynamic_act) -> None:
+    """Adds that feed a normalization (a transformer's residual stream) stay float, and so do the
+    outputs that flow into them unchanged: that stream carries a few outlier channels that one
+    per-tensor int8 scale cannot hold beside the rest (BERT's feed-forward outputs reach tens
+    where most channels stay near one). A linear that writes into it keeps int8 weights and takes
+    its input quantized at run time (`dynamic_act`), since both backends lower an int8 linear with
+    a float output only in that form."""
+    for add in model.graph.nodes:
+        if _name(add) != "add.Tensor" or not any(_name(u) in _NORMS for u in add.users):
+            continue
+        _strip(add)
+        for operand in add.args[:2]:
+            node = operand
+            while hasattr(node, "op") and _name(node) in _PASS_THROUGH and len(node.users) == 1:
+                _strip(node)
+                node = node.args[0]
+            annotation = _annotation(node) if hasattr(node, "op") and len(node.users) == 1 else None
+            if annotation is not None:
+                annotation.output_qspec = None
+                if _name(node) == "linear.default" and node.args[0] in annotation.input_qspec_map:
+                    annotation.input_qspec_map[node.args[0]] = dynamic_act
+
+
+def module_path(node) -> str | None:
+    """The module path of the source module a graph node was traced from (what `edgekit layers` names
+    a torch layer by), or None for the model's top level."""
+    stack = node.meta.get("nn_module_stack") or {}
+    return list(stack.values())[-1][0] or None if stack else None
+
+
+def _layer_nodes(model, layers: tuple[str, ...]) -> list:
+    """The annotated nodes that make up each named layer: the nodes traced from that module, with
+    the nodes they are fused with (a conv with its BatchNorm and clamp: a unit whose inner outputs
+    are not quantized), so that keeping a layer float keeps the whole unit float."""
+    from edgekit.core.quant import unknown_layers
+
+    if not layers:
+        return []
+    by_layer: dict[str, list] = {}
+    for node in model.graph.nodes:
+        path = module_path(node) if node.op == "call_function" else None
+        if path:
+            by_layer.setdefault(path, []).append(node)
+    missing = [layer for layer in layers if layer not in by_layer]
+    if missing:
+        raise unknown_layers(missing, set(by_layer), "the model")
+    unit = []
+    for layer in layers:
+        for node in by_layer[layer]:
+            if _annotation(node) is not None:
+                unit += [n for n in _fused_unit(node) if n not in unit]
+    return unit
+
+
+def _fused_unit(node) -> list:
+    """`node` and the nodes quantized with it as one unit: along edges that carry no quantization
+    (a conv's output into its BatchNorm and clamp, whose output alone is quantized)."""
+    def inner_edge(producer, consumer) -> bool:
+        p, c = _annotation(producer), _annotation(consumer)
+        return (p is not None and c is not None and p.output_qspec is None and len(producer.users) == 1
+                and producer not in c.input_qspec_map)
+
+    unit = [node]
+    head = node
+    while head.args and hasattr(head.args[0], "op") and inner_edge(head.args[0], head):
+        head = head.args[0]
+        unit.insert(0, head)
+    tail = node
+    while len(tail.users) == 1 and inner_edge(tail, next(iter(tail.users))):
+        tail = next(iter(tail.users))
+        unit.append(tail)
+    return unit
+
+
+def _strip(node) -> None:
+    annotation = _annotation(node)
+    if annotation is not None:
+        annotation.output_qspec = None
+        annotation.input_qspec_map = {}
+
+
+def _drop_dangling_shares(model) -> None:
+    """A spec shared with an edge or node that is no longer quantized is dropped too."""
+    from torchao.quantization.pt2e.quantizer import SharedQuantizationSpec
+
+    def alive(spec) -> bool:
+        if not isinstance(spec, SharedQuantizationSpec):
+            return True
+        edge_or_node = spec.edge_or_node
+        if isinstance(edge_or_node, tuple):
+            producer, consumer = edge_or_node
+            a = _annotation(consumer)
+            return a is not None and producer in a.input_qspec_map and alive(a.input_qspec_map[producer])
+        a = _annotation(edge_or_node)
+        return a is not None and a.output_qspec is not None and alive(a.output_qspec)
+
+    changed = True
+    while changed:
+        changed = False
+        for node in model.graph.nodes:
+            annotation = _annotation(node)
+            if annotation is None:
+                continue
+            if annotation.output_qspec is not None and not alive(annotation.output_qspec):
+                annotation.output_qspec, changed = None, True
+            for i, spec in list(annotation.input_qspec_map.items()):
+                if not alive(spec):
+                    del annotation.input_qspec_map[i]
+                    changed = True

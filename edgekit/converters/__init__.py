@@ -1,0 +1,1 @@
+"""Built-in converters, one module per edge of the graph (see edgekit.converters.base.MANIFEST)."""

@@ -1,0 +1,157 @@
+"""Converters: the edges of the graph. One base class, one manifest, one lookup."""
+
+from __future__ import annotations
+
+import importlib
+import time
+from importlib import metadata
+from pathlib import Path
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from edgekit.core.artifact import ModelArtifact
+from edgekit.core.deps import EXTRAS, missing_modules, versions
+from edgekit.core.errors import ConversionFailed, EdgekitError, MissingDependency, environment_error, first_line
+from edgekit.core.formats import FORMATS, detect
+from edgekit.core.quant import QuantSpec
+
+if TYPE_CHECKING:  # the frameworks' types stay off the CLI's import path
+    from edgekit.calibration.data import SampleSet
+    from edgekit.sources.loading import Source
+
+PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
+
+# Built-in converters, imported only when the graph is built. Converter modules import their
+# framework inside convert(), so loading a class costs nothing heavy.
+MANIFEST: dict[str, str] = {
+    "torch_to_tflite": "edgekit.converters.torch_to_tflite:TorchToTflite",
+    "torch_to_pte": "edgekit.converters.torch_to_pte:TorchToPte",
+    "torch_to_onnx": "edgekit.converters.torch_to_onnx:TorchToOnnx",
+    "torch_to_ptl": "edgekit.converters.torch_to_ptl:TorchToPtl",
+    "onnx_quantize": "edgekit.converters.onnx_quantize:OnnxQuantize",
+    "onnx_to_ort": "edgekit.converters.onnx_to_ort:OnnxToOrt",
+    "tf_to_tflite": "edgekit.converters.tf_to_tflite:TfToTflite",
+    "tf_to_onnx": "edgekit.converters.tf_to_onnx:TfToOnnx",
+}
+ENTRY_POINT_GROUP = "edgekit.converters"
+
+
+def node_of(fmt: str) -> str:
+    """The graph node of a format: PyTorch sources are the node 'torch', TF and Keras ones 'tf'."""
+    family = FORMATS[fmt].family
+    return family if family in ("torch", "tf") else fmt
+
+
+@dataclass(frozen=True)
+class ConvertContext:
+    """What a converter may use beyond its input artifact."""
+
+    source: "Source"  # the opened source model (a TorchSource for PyTorch sources)
+    work_dir: Path  # the step's own folder: its output and its scratch files
+    calibration: "SampleSet | None" = None
+    spec: QuantSpec = QuantSpec()  # its method is a concrete one, never "auto"
+
+
+class Converter:
+    """One edge of the converter graph.
+
+    Subclasses declare `source` and `target` nodes, the `precisions` they can produce, the
+    `extra` that installs their framework and a `cost`, and implement `convert()`. Calling the
+    converter checks the input, runs `convert`, checks the output and names the converter in
+    any failure.
+    """
+
+    name: ClassVar[str]
+    source: ClassVar[str]
+    target: ClassVar[str]
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    extra: ClassVar[str]
+    requires: ClassVar[tuple[str, ...] | None] = None  # modules needed; default: all of the extra's
+    cost: ClassVar[float] = 1.0
+    tools: ClassVar[tuple[str, ...]] = ()  # modules whose versions go in the report
+    methods: ClassVar[tuple[str, ...]] = ()  # calibration methods native to the backend (for int8)
+    int8_io: ClassVar[bool] = False  # can give the int8 model integer inputs and outputs
+    fallbacks: ClassVar[tuple[str, ...]] = ()  # what a layer kept back from int8 can become (edgekit.core.quant)
+    granularities: ClassVar[tuple[str, ...]] = ("per_channel",)  # of int8 weights
+    bias_correction: ClassVar[bool] = False  # can correct the biases after calibration (edgekit.core.quant)
+    smooth_quant: ClassVar[bool] = False  # can smooth a transformer's linears before calibration (edgekit.core.quant)
+
+    @classmethod
+    def missing(cls) -> tuple[str, ...]:
+        return missing_modules(cls.requires if cls.requires is not None else EXTRAS[cls.extra])
+
+    @classmethod
+    def available(cls) -> bool:
+        return not cls.missing()
+
+    @classmethod
+    def accepts(cls, in_precision: str, out_precision: str) -> bool:
+        """Whether this edge turns a model at `in_precision` into one at `out_precision`."""
+        return in_precision == "fp32" and out_precision in cls.precisions
+
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        raise NotImplementedError
+
+    def __call__(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        if node_of(src.format) != self.source:
+            raise ConversionFailed(f"expects a {self.source} model, got {src.format}", converter=self.name)
+        if not self.accepts(src.precision, precision):
+            raise ConversionFailed(f"cannot make {precision} from a {src.precision} model", converter=self.name)
+        if self.missing():
+            raise MissingDependency(f"the {self.source} → {self.target} converter", self.extra, self.missing())
+        started = time.perf_counter()
+        try:
+            out = self.convert(src, out_path, precision, ctx)
+        except EdgekitError:
+            raise
+        except Exception as e:
+            env = environment_error(e)
+            if env is not None:
+                raise env from e
+            root = e
+            while root.__cause__ is not None:
+                root = root.__cause__
+            raise ConversionFailed(
+                f"{type(root).__name__}: {first_line(root)}", converter=self.name,
+                fix=f"the model uses something the {self.target} toolchain cannot lower; "
+                    "try another target (edgekit graph lists them) or rewrite that part of the model",
+            ) from e
+        self._ensure(out)
+        return out.evolve(meta={
+            "seconds": round(src.meta.get("seconds", 0) + time.perf_counter() - started, 3),  # whole route
+            "tool_versions": {**out.meta.get("tool_versions", {}), **versions(self.tools)},
+            "route": [*src.meta.get("route", [src.format]), out.format],
+        })
+
+    def _ensure(self, out: ModelArtifact) -> None:
+        if out.format != self.target:
+            raise ConversionFailed(f"produced {out.format}, declared {self.target}", converter=self.name)
+        for f in out.files:
+            if not Path(f).is_file() or Path(f).stat().st_size == 0:
+                raise ConversionFailed(f"wrote no output at {f}", converter=self.name)
+        found = detect(out.path)
+        if found != self.target:
+            raise ConversionFailed(f"wrote a {found} file, expected {self.target}", converter=self.name)
+
+
+def _load(spec: str) -> type[Converter]:
+    module, _, cls = spec.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def converters() -> dict[str, type[Converter]]:
+    """Every converter: the built-in manifest, then third-party entry points."""
+    found = {name: _load(spec) for name, spec in MANIFEST.items()}
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            found[ep.name] = ep.load()
+        except Exception as e:
+            raise ConversionFailed(f"cannot load converter plug-in {ep.name} ({ep.value}): {e}") from None
+    return found
+
+
+def get(name: str) -> type[Converter]:
+    table = converters()
+    if name not in table:
+        raise KeyError(f"no converter named {name!r}; known: {', '.join(sorted(table))}")
+    return table[name]

@@ -1,0 +1,466 @@
+"""onnx → onnx at int8, int8-dynamic or fp16 with onnxruntime's quantization tools.
+
+Static int8 is QDQ with per-channel int8 weights and int8 activations, after `quant_pre_process`.
+Calibration methods map onto onnxruntime's calibrators: minmax → MinMax, percentile → Percentile,
+entropy → Entropy (histogram of 2048 bins). onnxruntime has no MSE calibrator, so mse is refused.
+
+Real models need more than `quantize_static` alone (see the README's "int8 on real models"): dynamic
+inputs are fixed to the signature first, pre-processing falls back to ONNX shape inference, and
+after calibration the ranges and the graph decide which nodes stay float (`mixed_scale_concats`,
+`keep_float`); the weights those nodes hold are then stored int8 (`int8_weights_only`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from edgekit.core import io_params
+from edgekit.core.artifact import ModelArtifact
+from edgekit.calibration.methods import mixed_scale
+from edgekit.core.errors import ConversionFailed, first_line
+from edgekit.core.formats import onnx_files
+from edgekit.converters.base import ConvertContext, Converter
+
+ENTROPY_BINS = 2048  # quantize_static's default (128) leaves entropy a single candidate: MinMax
+
+
+class OnnxQuantize(Converter):
+    name = "onnx_quantize"
+    source = "onnx"
+    target = "onnx"
+    precisions = ("fp16", "int8", "int8-dynamic")
+    methods = ("minmax", "percentile", "entropy")
+    int8_io = True
+    fallbacks = ("int16", "float")  # TensorQuantOverrides with QInt16 activations (a16w8); nodes_to_exclude
+    granularities = ("per_channel", "per_tensor")
+    bias_correction = True  # edgekit.calibration.onnx_bias_correction on the QDQ model
+    smooth_quant = True  # edgekit.calibration.smooth_quant on the float model
+    extra = "onnx"
+    requires = ("onnx", "onnxruntime")  # no torch: ONNX models from TensorFlow take this edge too
+    cost = 1.0
+    tools = ("onnx", "onnxruntime")
+
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        import onnx
+
+        files = [str(out_path)]
+        if precision == "fp16":
+            from onnxruntime.transformers.float16 import convert_float_to_float16
+
+            model = convert_float_to_float16(onnx.load(src.path), keep_io_types=True)
+            onnx.save(model, str(out_path))
+            return ModelArtifact("onnx", str(out_path), src.signature, precision)
+
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        prepared = ctx.work_dir / f"{out_path.stem}.pre.onnx"
+        _pre_process(_fixed_shapes(Path(src.path), src, ctx.work_dir), prepared, ctx.work_dir)
+        if precision == "int8-dynamic":
+            quantize_dynamic(str(prepared), str(out_path), per_channel=True, weight_type=QuantType.QInt8)
+        else:
+            self._static(prepared, out_path, src, ctx)
+            if ctx.spec.int8_io:
+                files.append(str(_integer_io(out_path, src)))
+        prepared.unlink()
+        return ModelArtifact("onnx", str(out_path), src.signature, precision, files=tuple(files))
+
+    def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext) -> None:
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+        from onnxruntime.quantization import create_calibrator, save_tensors_data
+
+        method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+                  "entropy": CalibrationMethod.Entropy}[ctx.spec.method]
+        reader = _Reader(ctx.calibration, _graph_inputs(prepared, src))
+        smoothed = []
+        if ctx.spec.smooth_quant:
+            from edgekit.calibration import smooth_quant
+
+            smoothed = smooth_quant.smooth_onnx(prepared, prepared, iter(reader.get_next, None))
+            reader.rewind()
+        # Calibrate first, so that the ranges can decide what stays float, then quantize with them.
+        calibrator = create_calibrator(str(prepared), calibrate_method=method,
+                                       augmented_model_path=str(ctx.work_dir / "augmented.onnx"),
+                                       extra_options={"num_bins": ENTROPY_BINS} if ctx.spec.method == "entropy" else {})
+        try:
+            calibrator.collect_data(reader)
+        except ValueError as e:
+            if "finite-sized bins" not in str(e):
+                raise
+            raise ConversionFailed(
+                f"onnxruntime's {ctx.spec.method} calibrator cannot make a histogram of a tensor whose range is "
+                f"not finite in float32 (an additive attention mask spans -3.4e38..0): {first_line(e)}",
+                fix="use --calib-method minmax or percentile, or auto (it leaves out a method that fails)") from e
+        ranges = calibrator.compute_data()
+        cache = ctx.work_dir / "ranges.json"
+        save_tensors_data(ranges, cache)
+        spec = ctx.spec
+        layers = layer_nodes(prepared, spec.layers("float") + spec.layers("int16"))
+        kept = [n.name for layer in spec.layers("float") for n in layers[layer]]
+        int16 = {t: [{"quant_type": QuantType.QInt16}] for layer in spec.layers("int16")
+                 for t in activations(prepared, layers[layer])}
+        quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
+                        nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed,
+                        quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
+        if int16:
+            _keep_metadata(prepared, out_path)
+        if spec.bias_correction:
+            from edgekit.calibration import onnx_bias_correction
+
+            reader.rewind()
+            onnx_bias_correction.correct(out_path, prepared, iter(reader.get_next, None), ctx.work_dir)
+        import onnx
+
+        model = onnx.load(str(out_path))
+        int8_weights_only(model.graph, keep=set(kept))
+        float_weights_stay_float(model.graph)
+        onnx.save(model, str(out_path))
+
+
+def layer_nodes(model: Path, layers: tuple[str, ...]) -> dict[str, list]:
+    """The nodes of each named layer, named as `edgekit layers` names them (the module path the
+    exporter recorded, else the module of the node's weight, else the node's name)."""
+    import onnx
+
+    from edgekit.core.quant import unknown_layers
+    from edgekit.targets.onnx_layers import layer_name
+
+    if not layers:
+        return {}
+    graph = onnx.load(str(model), load_external_data=False).graph
+    weights = {i.name for i in graph.initializer}
+    by_layer: dict[str, list] = {}
+    for node in graph.node:
+        by_layer.setdefault(layer_name(node, [i for i in node.input if i in weights]), []).append(node)
+    missing = [layer for layer in layers if layer not in by_layer]
+    if missing:
+        raise unknown_layers(missing, set(by_layer), "the model")
+    return {layer: by_layer[layer] for layer in layers}
+
+
+def activations(model: Path, nodes: list) -> list[str]:
+    """The float activation tensors the nodes read and write (not their weights)."""
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    floats = {v.name for v in (*graph.input, *graph.value_info, *graph.output)
+              if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+    weights = {i.name for i in graph.initializer}
+    return sorted({t for n in nodes for t in (*n.input, *n.output) if t in floats and t not in weights})
+
+
+def _keep_metadata(prepared: Path, out_path: Path) -> None:
+    """Give the quantized model's nodes back the metadata of the nodes they came from (the module
+    path the exporter recorded, which names layers): with 16-bit overrides onnxruntime raises the
+    model to opset 21 and rebuilds its nodes without it."""
+    import onnx
+
+    source = {n.name: n.metadata_props for n in onnx.load(str(prepared), load_external_data=False).graph.node}
+    model = onnx.load(str(out_path))
+    for node in model.graph.node:
+        if not node.metadata_props and source.get(node.name):
+            node.metadata_props.extend(source[node.name])
+    onnx.save(model, str(out_path))
+
+
+def _fixed_shapes(path: Path, src: ModelArtifact, work_dir: Path) -> Path:
+    """The model as one file with its dynamic input dimensions fixed to the signature's
+    (--input-shape): onnxruntime's shape inference and calibration need concrete shapes, and its
+    pre-processing loses external data it wrote to a folder it has already removed. The model
+    itself when it is one file with fixed shapes."""
+    import onnx
+    from onnxruntime.tools.onnx_model_utils import fix_output_shapes, make_input_shape_fixed
+
+    model = onnx.load(str(path))  # external data included
+    shapes = dict(zip(_graph_inputs(path, src).values(), (s.shape for s in src.signature.inputs)))
+    dynamic = [i.name for i in model.graph.input if i.name in shapes
+               and any(not d.HasField("dim_value") for d in i.type.tensor_type.shape.dim)]
+    if not dynamic and len(onnx_files(path)) == 1:
+        return path
+    for name in dynamic:
+        make_input_shape_fixed(model.graph, name, list(shapes[name]))
+    if dynamic:
+        model = onnx.shape_inference.infer_shapes(model)
+        fix_output_shapes(model)
+    fixed = work_dir / f"{path.stem}.fixed.onnx"
+    onnx.save(model, str(fixed))
+    return fixed
+
+
+def _pre_process(model: Path, prepared: Path, work_dir: Path) -> None:
+    """quant_pre_process, run inside the work folder (it writes temporary files into the current
+    folder). Its symbolic shape inference gives up on some graphs (transformers, detectors with
+    computed shapes); ONNX's own shape inference is the fallback."""
+    from onnxruntime.quantization import quant_pre_process
+
+    model, prepared = model.resolve(), prepared.resolve()
+    cwd = os.getcwd()
+    os.chdir(work_dir)
+    try:
+        try:
+            quant_pre_process(str(model), str(prepared))
+        except Exception as symbolic:  # noqa: BLE001 - onnxruntime's symbolic pass gave up; try ONNX's own
+            try:
+                quant_pre_process(str(model), str(prepared), skip_symbolic_shape=True)
+            except Exception as e:  # noqa: BLE001
+                raise ConversionFailed(
+                    f"onnxruntime's quantization pre-processing failed on {model.name}: symbolic shape "
+                    f"inference ({type(symbolic).__name__}: {first_line(symbolic)}), then ONNX shape "
+                    f"inference ({type(e).__name__}: {first_line(e)})",
+                    fix="give every dynamic input a shape with --input-shape NAME=D0,D1,...; if they all "
+                        "have one, simplify the model (onnxsim) before converting") from e
+    finally:
+        os.chdir(cwd)
+
+
+def mixed_scale_concats(model: Path, ranges) -> list[str]:
+    """Names of the Concat nodes whose inputs span very different ranges (from calibration)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    consts = {i.name: i for i in graph.initializer}
+    out = []
+    for node in graph.node:
+        if node.op_type != "Concat":
+            continue
+        spans = []
+        for name in node.input:
+            if name in consts:
+                spans.append(float(np.max(np.abs(numpy_helper.to_array(consts[name])), initial=0.0)))
+            elif name in ranges:
+                low, high = ranges[name].range_value
+                spans.append(float(max(abs(float(np.asarray(low).min())), abs(float(np.asarray(high).max())))))
+        if mixed_scale(spans):
+            out.append(node.name)
+    return out
+
+
+_RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+_COMBINERS = ("Add", "Sub", "Mul", "Div", "Where", "Max", "Min")
+_NORMS = ("LayerNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization", "RMSNormalization")
+
+
+def keep_float(model: Path) -> list[str]:
+    """Nodes that stay float, as in edgekit's PT2E quantizer (edgekit.calibration.pt2e_quantizer):
+    whatever is computed from integer inputs and constants only (attention masks, positions), an
+    op that adds such a tensor to an activation, and the adds of a transformer's residual stream
+    (those that feed a normalization), whose outlier channels one int8 scale cannot hold."""
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    float_types = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE}
+    # Scalars and integer tensors (shapes, axes) are constants; weights are not.
+    constant = {i.name for i in graph.initializer if i.data_type not in float_types or _numel(i) <= 1}
+    weights = {i.name for i in graph.initializer} - constant
+    derived = {i.name for i in graph.input if i.type.tensor_type.elem_type not in float_types} - constant - weights
+    out = []
+    consumers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    for node in graph.node:  # topological order
+        inputs = [i for i in node.input if i]
+        if all(i in constant for i in inputs):
+            constant.update(node.output)
+        elif all(i in constant or i in derived for i in inputs):
+            derived.update(node.output)
+            out.append(node.name)
+        elif node.op_type in _COMBINERS and any(i in derived for i in inputs):
+            out.append(node.name)  # an activation combined with a mask, and what reads the
+            out += [c.name for o in node.output for c in consumers.get(o, [])]  # result (its range)
+    # Embedding tables: int8 per row afterwards (int8_weights_only); onnxruntime would give a
+    # whole table one scale, which a few outlier rows stretch.
+    out += [n.name for n in graph.node if n.op_type == "Gather" and n.input[0] in weights]
+    producer = {o: node for node in graph.node for o in node.output}
+    for node in graph.node:
+        norms = [c for o in node.output for c in consumers.get(o, []) if c.op_type in _NORMS]
+        if node.op_type != "Add" or not norms:
+            continue
+        out += [node.name] + [n.name for n in norms]
+        # The linear that writes into the stream (MatMul or Gemm, then a bias Add) keeps a float
+        # output; its weights get int8 storage afterwards (int8_weights_only).
+        for operand in node.input:
+            writer = producer.get(operand)
+            while writer is not None and writer.op_type in _RESHAPES:
+                out.append(writer.name)
+                writer = producer.get(writer.input[0])
+            if writer is not None and writer.op_type == "Add" and any(i in weights for i in writer.input):
+                out.append(writer.name)
+                writer = next((producer[i] for i in writer.input if i in producer), None)
+            if writer is not None and writer.op_type in ("MatMul", "Gemm"):
+                out.append(writer.name)
+    return out
+
+
+def int8_weights_only(graph, keep: set[str] = frozenset()) -> None:
+    """Store the float weights that quantization left (MatMul/Gemm kept float, embedding tables) as
+    int8, per output channel or row, behind a DequantizeLinear: int8 in the file, float
+    arithmetic at run time. The nodes named in `keep` (layers the spec keeps float) keep float
+    weights. Changes `graph` (an ONNX GraphProto) in place."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    inits = {i.name: i for i in graph.initializer}
+    nodes = list(graph.node)
+    for node in nodes:
+        index = 0 if node.op_type == "Gather" else 1
+        if (node.op_type not in ("MatMul", "Gemm", "Gather") or node.name in keep or len(node.input) < 2
+                or node.input[index] not in inits):
+            continue
+        weight = inits[node.input[index]]
+        w = numpy_helper.to_array(weight)
+        if w.dtype != np.float32 or w.ndim != 2:
+            continue
+        # Output channels: the last axis for MatMul (x @ W) and Gemm without transB, else the
+        # first; a table's rows.
+        trans_b = any(a.name == "transB" and a.i for a in node.attribute)
+        axis = 0 if (node.op_type == "Gather" or (node.op_type == "Gemm" and trans_b)) else 1
+        scale = np.max(np.abs(w), axis=1 - axis) / 127.0
+        scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
+        shape = (-1, 1) if axis == 0 else (1, -1)
+        q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+        # Named the way onnxruntime's QDQ quantizer names a weight's tensors, which its QDQ
+        # debugging tools (edgekit layers) match on.
+        name = weight.name
+        graph.initializer.remove(weight)
+        graph.initializer.extend([numpy_helper.from_array(q, f"{name}_quantized"),
+                                  numpy_helper.from_array(scale, f"{name}_scale"),
+                                  numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8), f"{name}_zero_point")])
+        dq = helper.make_node("DequantizeLinear", [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"],
+                              [f"{name}_DequantizeLinear_Output"], name=f"{name}_DequantizeLinear", axis=axis)
+        for consumer in graph.node:
+            consumer.input[:] = [dq.output[0] if i == name else i for i in consumer.input]
+        graph.node.insert(list(graph.node).index(node), dq)
+
+
+def float_weights_stay_float(graph) -> None:
+    """Keep the float weights of a Conv, ConvTranspose or Gemm that reads a quantized activation float
+    at run time. onnxruntime's WeightBiasQuantization graph transformer (basic level, so on by default
+    and baked into `.ort` files) quantizes such a weight to int8 *per tensor* when the node's input
+    comes from a DequantizeLinear with a single scale: a layer kept float becomes a layer with worse
+    weights than full int8 (one outlier weight rounds the rest of the tensor to zero). The transformer
+    only matches a per-tensor DequantizeLinear, so the node's input is dequantized per channel (axis 1)
+    with the same scale and zero point repeated: the same values, a form it leaves alone. Changes
+    `graph` (an ONNX GraphProto) in place."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    inits = {i.name: i for i in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    added = []
+    for node in graph.node:
+        if node.op_type not in ("Conv", "ConvTranspose", "Gemm") or len(node.input) < 2:
+            continue
+        weight, dq = inits.get(node.input[1]), producer.get(node.input[0])
+        if weight is None or weight.data_type != onnx.TensorProto.FLOAT or dq is None or dq.op_type != "DequantizeLinear":
+            continue
+        scale, zero = inits.get(dq.input[1]), inits.get(dq.input[2]) if len(dq.input) > 2 else None
+        if scale is None or _numel(scale) != 1 or (len(dq.input) > 2 and dq.input[2] and zero is None):
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        dims = list(weight.dims)
+        if node.op_type == "Conv":
+            channels, axis = dims[1] * attrs.get("group", 1), 1
+        elif node.op_type == "ConvTranspose":
+            channels, axis = dims[0], 1
+        else:  # Gemm: A is [M, K], or [K, M] with transA
+            channels, axis = (dims[1] if attrs.get("transB") else dims[0]), (0 if attrs.get("transA") else 1)
+        name = f"{node.name}_input_DequantizeLinear"
+        tensors = [numpy_helper.from_array(np.full(channels, numpy_helper.to_array(scale).item(), np.float32),
+                                           f"{name}_scale")]
+        inputs = [dq.input[0], tensors[0].name]
+        if zero is not None:
+            z = numpy_helper.to_array(zero)
+            tensors.append(numpy_helper.from_array(np.full(channels, z.item(), z.dtype), f"{name}_zero_point"))
+            inputs.append(tensors[1].name)
+        graph.initializer.extend(tensors)
+        added.append((node, helper.make_node("DequantizeLinear", inputs, [f"{name}_Output"], name=name, axis=axis)))
+        node.input[0] = f"{name}_Output"
+    for node, per_channel in added:
+        graph.node.insert(list(graph.node).index(node), per_channel)
+
+
+def _numel(tensor) -> int:
+    n = 1
+    for d in tensor.dims:
+        n *= d
+    return n
+
+
+def _graph_inputs(path: Path, src: ModelArtifact) -> dict[str, str]:
+    """Signature input name → ONNX graph input name (same order)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    names = [i.name for i in graph.input if i.name not in initializers]
+    return dict(zip(src.signature.input_names, names))
+
+
+class _Reader:
+    """Feeds calibration samples to onnxruntime one at a time (a CalibrationDataReader)."""
+
+    def __init__(self, samples, names: dict[str, str]):
+        self.samples, self.names, self.i = samples, names, 0
+
+    def get_next(self):
+        if self.i >= len(self.samples):
+            return None
+        feed = {onnx_name: self.samples.inputs[ours][self.i].copy() for ours, onnx_name in self.names.items()}
+        self.i += 1
+        return feed
+
+    def rewind(self):
+        self.i = 0
+
+    def __len__(self):
+        return len(self.samples)
+
+
+def _integer_io(path: Path, src: ModelArtifact) -> Path:
+    """Remove the QuantizeLinear after each graph input and the DequantizeLinear before each
+    output, so the model takes and returns int8; record their scale/zero-point beside it."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    model = onnx.load(str(path))
+    graph = model.graph
+    consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+
+    def params(name, node):
+        return {"name": name, "dtype": "int8", "scale": float(consts[node.input[1]]),
+                "zero_point": int(consts[node.input[2]])}
+
+    inputs, outputs = [], []
+    for spec, graph_input in zip(src.signature.inputs, [i for i in graph.input if i.name not in consts]):
+        quant = [n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] == graph_input.name]
+        if len(quant) != 1:
+            inputs.append(None)
+            continue
+        for node in graph.node:
+            node.input[:] = [graph_input.name if x == quant[0].output[0] else x for x in node.input]
+        inputs.append(params(spec.name, quant[0]))
+        graph_input.type.tensor_type.elem_type = TensorProto.INT8
+        graph.node.remove(quant[0])
+    for spec, graph_output in zip(src.signature.outputs, graph.output):
+        deq = [n for n in graph.node if n.op_type == "DequantizeLinear" and n.output[0] == graph_output.name]
+        if len(deq) != 1:
+            outputs.append(None)
+            continue
+        produced = deq[0].input[0]
+        for node in graph.node:
+            if node is not deq[0]:
+                node.output[:] = [graph_output.name if x == produced else x for x in node.output]
+                node.input[:] = [graph_output.name if x == produced else x for x in node.input]
+        outputs.append(params(spec.name, deq[0]))
+        graph_output.type.tensor_type.elem_type = TensorProto.INT8
+        graph.node.remove(deq[0])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return io_params.write(path, inputs, outputs)

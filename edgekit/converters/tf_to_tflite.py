@@ -1,0 +1,86 @@
+"""tf/keras → tflite with TensorFlow's TFLiteConverter; int8 through its representative dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.core.artifact import ModelArtifact
+from edgekit.converters.base import ConvertContext, Converter
+
+
+class TfToTflite(Converter):
+    name = "tf_to_tflite"
+    source = "tf"
+    target = "tflite"
+    precisions = ("fp32", "fp16", "int8", "int8-dynamic")
+    methods = ("minmax",)  # the converter's calibrator records min/max per tensor; no other choice
+    int8_io = True
+    fallbacks = ("float",)  # the quantization debugger's denylisted nodes
+    extra = "tf"
+    requires = ("tensorflow",)
+    cost = 1.0
+    tools = ("tensorflow",)
+
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        import tensorflow as tf
+
+        converter = tf.lite.TFLiteConverter.from_saved_model(ctx.source.saved_model(ctx.work_dir))
+        if precision == "fp16":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.target_spec.supported_types = [tf.float16]
+        elif precision == "int8-dynamic":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        elif precision == "int8":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+            converter.representative_dataset = _representative(ctx.calibration, src.signature.input_names)
+            converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+            if ctx.spec.int8_io:
+                converter.inference_input_type = tf.int8
+                converter.inference_output_type = tf.int8
+            if ctx.spec.layers("float"):
+                out_path.write_bytes(_with_float_layers(converter, ctx, src))
+                return ModelArtifact("tflite", str(out_path), src.signature, precision)
+        out_path.write_bytes(converter.convert())
+        return ModelArtifact("tflite", str(out_path), src.signature, precision)
+
+
+def _representative(samples, names):
+    def generate():
+        for i in range(len(samples)):
+            yield [np.array(samples.inputs[n][i], copy=True) for n in names]
+
+    return generate
+
+
+def _with_float_layers(converter, ctx, src) -> bytes:
+    """The int8 model with the spec's float layers left float, through TensorFlow's quantization
+    debugger: its `denylisted_nodes` are the names of the ops' output tensors, read here from the
+    float model and matched to Keras layers as `edgekit layers` names them."""
+    import tensorflow as tf
+
+    from edgekit.core.drift import keras_layer
+    from edgekit.core.quant import unknown_layers
+
+    layers = set(ctx.spec.layers("float"))
+    float_model = tf.lite.TFLiteConverter.from_saved_model(ctx.source.saved_model(ctx.work_dir)).convert()
+    interp = tf.lite.Interpreter(model_content=float_model)
+    names = {d["index"]: d["name"] for d in interp.get_tensor_details()}
+    known = {layer.name for layer in getattr(ctx.source, "keras_model", None).layers} \
+        if getattr(ctx.source, "keras_model", None) is not None else set()
+    nodes, found = [], set()
+    for op in interp._get_ops_details():  # noqa: SLF001 - the interpreter's op list (no public equivalent)
+        for out in op["outputs"]:
+            name = names.get(out, "")
+            layer = keras_layer(name, known or layers) or name
+            if layer in layers:
+                nodes.append(name)
+                found.add(layer)
+    if found != layers:
+        raise unknown_layers(sorted(layers - found), known, "the model")
+    options = tf.lite.experimental.QuantizationDebugOptions(denylisted_nodes=nodes)
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=converter, debug_dataset=_representative(ctx.calibration, src.signature.input_names),
+        debug_options=options)
+    return debugger.get_nondebug_quantized_model()

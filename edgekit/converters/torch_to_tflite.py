@@ -1,0 +1,111 @@
+"""torch → tflite with litert-torch (the renamed ai-edge-torch); int8 through its PT2E quantizer."""
+
+from __future__ import annotations
+
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+from edgekit.core.artifact import ModelArtifact
+from edgekit.calibration import pt2e
+from edgekit.converters.base import ConvertContext, Converter
+
+
+class TorchToTflite(Converter):
+    name = "torch_to_tflite"
+    source = "torch"
+    target = "tflite"
+    precisions = ("fp32", "fp16", "int8", "int8-dynamic")
+    methods = pt2e.METHODS
+    int8_io = True
+    fallbacks = ("float",)
+    granularities = ("per_channel", "per_tensor")
+    bias_correction = True  # edgekit.calibration.bias_correction on the PT2E graph
+    smooth_quant = True  # edgekit.calibration.smooth_quant on the PT2E graph
+    extra = "tflite"
+    cost = 1.0
+    tools = ("torch", "litert_torch", "ai_edge_litert", "torchao", "ai_edge_quantizer")
+
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        import litert_torch
+
+        source = ctx.source
+        module = source.exported().module()  # one export, shared with the other torch edges
+        args = source.example_args()
+        if precision == "fp32":
+            litert_torch.convert(module, args).export(str(out_path))
+        elif precision == "fp16":
+            from litert_torch.generative.quantize import quant_recipes
+
+            litert_torch.convert(module, args, quant_config=quant_recipes.full_fp16_recipe()).export(str(out_path))
+        else:
+            from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+            from litert_torch.quantize.quant_config import QuantConfig
+
+            dynamic = precision == "int8-dynamic"
+            spec = ctx.spec
+            quantizer = pt2e.configure(PT2EQuantizer(), get_symmetric_quantization_config, method=spec.method,
+                                       dynamic=dynamic, per_channel=spec.granularity == "per_channel")
+            # fold_quantize=False: litert lowers the weights' quantize/dequantize pairs itself.
+            ours = pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config, "tflite",
+                                          spec.layers("float"))
+            quantized = pt2e.quantize(module, ours, None if dynamic else ctx.calibration,
+                                      src.signature.input_names, example_args=args, fold_quantize=False,
+                                      correct_biases=spec.bias_correction, smooth=spec.smooth_quant)
+            with _strict_qdq(bool(spec.layers("float"))):
+                model = litert_torch.convert(quantized, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
+            raw = ctx.work_dir / f"{out_path.stem}.pt2e.tflite"
+            model.export(str(raw))
+            if not dynamic and not ctx.spec.int8_io:
+                from edgekit.calibration.tflite_io import float_io
+
+                float_io(raw, raw)  # static int8 comes out with integer I/O
+            _int8_float_leftovers(raw, out_path)
+            raw.unlink()
+        return ModelArtifact("tflite", str(out_path), src.signature, precision)
+
+
+@contextmanager
+def _strict_qdq(on: bool):
+    """LiteRT's converter in strict QDQ mode while the block runs (when `on`): only ops between
+    quantize/dequantize pairs become int8. By default it also quantizes a float op whose neighbours
+    are quantized, weights included, so a layer edgekit keeps float would come out int8 again.
+    litert-torch 0.x sets the mode only in its TensorFlow-based v2 converter, which takes no PT2E
+    model; the flag is set here on the config its default converter builds (litert-torch is pinned,
+    and tests/test_search.py fails if a kept layer comes out int8)."""
+    if not on:
+        yield
+        return
+    from litert_torch._convert import litert_converter
+
+    api = litert_converter.converter_api_ext
+    plain = api.ConvertToTFLConfig
+
+    def strict():
+        config = plain()
+        config.strict_qdq_mode = True
+        return config
+
+    api.ConvertToTFLConfig = strict
+    try:
+        yield
+    finally:
+        api.ConvertToTFLConfig = plain
+
+
+def _int8_float_leftovers(path: Path, out_path: Path) -> None:
+    """Give the weights that litert left float int8 storage, with ai-edge-quantizer: a
+    FULLY_CONNECTED with a float output (edgekit keeps a transformer's residual stream float)
+    becomes a hybrid int8-weight kernel, and an EMBEDDING_LOOKUP table int8 per row, read
+    as float. Ops that are already int8 are left as they are."""
+    from ai_edge_quantizer import qtyping
+    from ai_edge_quantizer import quantizer as aeq
+
+    ops = qtyping.TFLOperationName
+    quantizer = aeq.Quantizer(str(path))
+    quantizer.add_dynamic_config(".*", ops.FULLY_CONNECTED, 8)
+    quantizer.add_weight_only_config(".*", ops.EMBEDDING_LOOKUP, 8)
+    try:
+        quantizer.quantize().export_model(str(out_path), overwrite=True)
+    except Exception:  # noqa: BLE001 - a model it cannot rewrite keeps litert's output; inspection shows its float weights
+        shutil.copyfile(path, out_path)

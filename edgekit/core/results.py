@@ -1,0 +1,82 @@
+"""What a run returns: each verified artifact, and the run as a whole, as typed values with their JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgekit.core.artifact import ModelArtifact
+from edgekit.core.verify import Verdict
+
+SCHEMA = "edgekit.convert/1"
+META_KEYS = ("quantization", "search", "mobile_package", "reused")  # reported when a route recorded them
+
+
+@dataclass(frozen=True)
+class ArtifactResult:
+    """One verified artifact. `bytes` and `sha256` are of the files as verified (measured before they were
+    placed), so a later run into the same folder cannot change what this result reports."""
+
+    target: str
+    artifact: ModelArtifact
+    verdict: Verdict
+    bytes: int
+    sha256: str
+    cached: bool = False  # placed from the artifact cache (edgekit.engine.cache), verified when it was stored
+
+    @classmethod
+    def measured(cls, target: str, artifact: ModelArtifact, verdict: Verdict) -> "ArtifactResult":
+        return cls(target, artifact, verdict, artifact.bytes, artifact.sha256)
+
+    def to_json(self) -> dict:
+        a = self.artifact
+        out = {
+            "target": self.target, "precision": a.precision, "format": a.format, "path": a.path,
+            "files": list(a.files), "bytes": self.bytes, "sha256": self.sha256,
+            "route": list(a.meta.get("route", [])), "tool_versions": dict(a.meta.get("tool_versions", {})),
+            "seconds": a.meta.get("seconds"), "calibration": a.meta.get("calibration"),
+            "verification": self.verdict.to_json(),
+        }
+        # the int8 spec as made (its overrides); the accuracy-aware search; whether an .ort fits ONNX Runtime's
+        # mobile packages; the steps reused from another target's route in the same run
+        out.update({key: a.meta[key] for key in META_KEYS if key in a.meta})
+        if self.cached:
+            out["cached"] = True
+        return out
+
+    def stored(self) -> dict:
+        """What the artifact cache keeps of this result besides the files (see `restored`)."""
+        a = self.artifact
+        return {"target": self.target, "format": a.format, "precision": a.precision, "signature": a.signature.to_json(),
+                "files": [Path(f).name for f in a.files], "main": Path(a.path).name, "meta": dict(a.meta),
+                "verdict": self.verdict.to_json(), "bytes": self.bytes, "sha256": self.sha256}
+
+    @classmethod
+    def restored(cls, d: dict, folder: Path) -> "ArtifactResult":
+        """The result `stored` kept, its files in `folder`."""
+        from edgekit.core.signature import Signature
+
+        artifact = ModelArtifact(d["format"], str(folder / d["main"]), Signature.from_json(d["signature"]),
+                                 d["precision"], files=tuple(str(folder / n) for n in d["files"]), meta=d["meta"])
+        return cls(d["target"], artifact, Verdict.from_json(d["verdict"]), d["bytes"], d["sha256"])
+
+
+@dataclass(frozen=True)
+class ConvertResult:
+    source: ModelArtifact
+    source_sha256: str | None
+    artifacts: tuple[ArtifactResult, ...]
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return any(r.verdict.status == "fail" for r in self.artifacts)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "source": {"path": self.source.path, "format": self.source.format, "sha256": self.source_sha256,
+                       "signature": self.source.signature.to_json()},
+            "artifacts": [r.to_json() for r in self.artifacts],
+            "warnings": list(self.warnings),
+        }

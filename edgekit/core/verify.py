@@ -1,0 +1,261 @@
+"""Verification: metrics as pure functions in a registry, thresholds as data, a verdict."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+Metric = Callable[[np.ndarray, np.ndarray], "float | None"]
+METRICS: dict[str, Metric] = {}
+# For each metric, whether a larger value is better (thresholds are minimums) or worse (maximums).
+HIGHER_IS_BETTER: dict[str, bool] = {}
+
+
+def metric(name: str, higher_is_better: bool):
+    def register(fn: Metric) -> Metric:
+        METRICS[name] = fn
+        HIGHER_IS_BETTER[name] = higher_is_better
+        return fn
+    return register
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64).reshape(len(a), -1) if np.ndim(a) else np.asarray(a, dtype=np.float64).reshape(1, 1)
+
+
+@metric("max_abs", higher_is_better=False)
+def max_abs(ref: np.ndarray, out: np.ndarray) -> float:
+    return float(np.max(np.abs(_f64(ref) - _f64(out))))
+
+
+@metric("mean_abs", higher_is_better=False)
+def mean_abs(ref: np.ndarray, out: np.ndarray) -> float:
+    return float(np.mean(np.abs(_f64(ref) - _f64(out))))
+
+
+@metric("rmse", higher_is_better=False)
+def rmse(ref: np.ndarray, out: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((_f64(ref) - _f64(out)) ** 2)))
+
+
+def _cosines(r: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of r with the same row of o (1 where both are zero)."""
+    nr, no = np.linalg.norm(r, axis=1), np.linalg.norm(o, axis=1)
+    dot = np.sum(r * o, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cos = np.where((nr == 0) | (no == 0), 0.0, dot / (nr * no))
+    return np.where((nr == 0) & (no == 0), 1.0, cos)
+
+
+@metric("cosine", higher_is_better=True)
+def cosine(ref: np.ndarray, out: np.ndarray) -> float:
+    """Mean over samples of each sample's cosine similarity (what an embedding user compares)."""
+    return float(np.mean(_cosines(_f64(ref), _f64(out))))
+
+
+@metric("cosine_min", higher_is_better=True)
+def cosine_min(ref: np.ndarray, out: np.ndarray) -> float:
+    """The worst sample's cosine similarity."""
+    return float(np.min(_cosines(_f64(ref), _f64(out))))
+
+
+def _channels(a: np.ndarray) -> np.ndarray | None:
+    """Rows = channels, each over all samples and positions, for outputs laid out
+    [batch, channels, positions...] (a detector's [1, 4 + classes, anchors], a feature map);
+    None for outputs without positions (class scores, embeddings)."""
+    shape = a.shape[1:]  # one sample's output
+    if len(shape) >= 3 and shape[0] == 1:
+        shape = shape[1:]  # a batch of one
+    if len(shape) < 2 or shape[0] == 1:
+        return None
+    x = np.asarray(a, dtype=np.float64).reshape(len(a), shape[0], -1)
+    return np.moveaxis(x, 1, 0).reshape(shape[0], -1)
+
+
+@metric("channel_cosine", higher_is_better=True)
+def channel_cosine(ref: np.ndarray, out: np.ndarray) -> float | None:
+    """Mean over the output's channels (axis 1) of each channel's cosine over all samples and
+    positions, so that a small-scale part of an output (class scores beside pixel boxes) counts as
+    much as a large one. None for outputs without positions."""
+    r, o = _channels(ref), _channels(out)
+    return None if r is None else float(np.mean(_cosines(r, o)))
+
+
+@metric("channel_cosine_min", higher_is_better=True)
+def channel_cosine_min(ref: np.ndarray, out: np.ndarray) -> float | None:
+    """The worst channel's cosine (reported; near-empty channels make it noisy at int8)."""
+    r, o = _channels(ref), _channels(out)
+    return None if r is None else float(np.min(_cosines(r, o)))
+
+
+def sqnr_from_sums(signal: float, noise: float, ceiling: float | None = None) -> float | None:
+    """Signal-to-quantization-noise ratio in dB, 10·log10(Σref² / Σ(ref − out)²): edgekit's one definition.
+
+    Without a `ceiling`, identical values give None (infinite) and a zero reference -inf; with one,
+    the result is kept within ±ceiling (per-layer drift counts an exact match as `ceiling`)."""
+    if noise == 0:
+        return ceiling
+    if signal == 0:
+        return -math.inf if ceiling is None else -ceiling
+    value = 10 * math.log10(signal / noise)
+    return float(value if ceiling is None else max(-ceiling, min(ceiling, value)))
+
+
+@metric("sqnr_db", higher_is_better=True)
+def sqnr_db(ref: np.ndarray, out: np.ndarray) -> float | None:
+    """Signal-to-quantization-noise ratio in dB; None (infinite) when the outputs are identical."""
+    r, o = _f64(ref), _f64(out)
+    return sqnr_from_sums(float(np.sum(r ** 2)), float(np.sum((r - o) ** 2)))
+
+
+@metric("top1_agreement", higher_is_better=True)
+def top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
+    """Share of samples whose arg-max class agrees; None when the output is not class scores."""
+    r, o = _f64(ref), _f64(out)
+    if r.shape[1] < 2:
+        return None
+    return float(np.mean(np.argmax(r, axis=1) == np.argmax(o, axis=1)))
+
+
+NEAR_TIE = 0.01  # a top-2 margin under this share of the logits' spread: any perturbation may flip it
+
+
+def top1_near_ties(ref: np.ndarray, out: np.ndarray) -> tuple[int, int]:
+    """(samples whose arg-max class disagrees, how many of them are near-ties in the reference: its top
+    two scores closer than NEAR_TIE of the standard deviation of its scores)."""
+    r, o = _f64(ref), _f64(out)
+    wrong = np.argmax(r, axis=1) != np.argmax(o, axis=1)
+    top2 = np.sort(r, axis=1)[:, -2:]
+    ties = (top2[:, 1] - top2[:, 0]) < NEAR_TIE * float(np.std(r))
+    return int(wrong.sum()), int((wrong & ties).sum())
+
+
+def only_near_ties(ref: list, out: list) -> bool:
+    """Whether some sample's top-1 class disagrees, and every one that does is a near-tie in the source
+    (`ref` and `out` are the outputs, in order; outputs with fewer than two classes are left out)."""
+    counts = [top1_near_ties(r, np.asarray(o).reshape(np.shape(r))) for r, o in zip(ref, out)
+              if np.ndim(r) >= 2 and np.shape(r)[1] >= 2 and np.size(o) == np.size(r)]
+    return any(wrong for wrong, _ in counts) and all(wrong == ties for wrong, ties in counts)
+
+
+# Measured by inspecting the artifact itself (edgekit.targets.inspection), not its outputs.
+INSPECTION_METRICS = {
+    "int8_weight_share": "of the weight bytes are stored as int8",
+    "int8_compute_share": "of the compute ops run in int8",
+    "int8_heavy_op_share": "of the convolution/matmul ops run in int8",
+}
+HIGHER_IS_BETTER.update({k: True for k in INSPECTION_METRICS})
+
+# Default thresholds per precision (minimums for higher-is-better metrics, maximums otherwise).
+# An int8 model whose weights or kernels are mostly float did not really quantize.
+THRESHOLDS: dict[str, dict[str, float]] = {
+    "fp32": {"cosine": 0.9999, "cosine_min": 0.999, "channel_cosine": 0.999},
+    "fp16": {"cosine": 0.999, "cosine_min": 0.99, "channel_cosine": 0.99},
+    "int8": {"cosine": 0.99, "cosine_min": 0.95, "channel_cosine": 0.5, "int8_weight_share": 0.5,
+             "int8_heavy_op_share": 0.5},
+    "int8-dynamic": {"cosine": 0.99, "cosine_min": 0.95, "channel_cosine": 0.5, "int8_weight_share": 0.5},
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # pass | fail | skipped
+    samples: int = 0
+    metrics: dict = field(default_factory=dict)
+    thresholds: dict = field(default_factory=dict)
+    task_accuracy: dict | None = None
+    reasons: tuple[str, ...] = ()
+    inspection: dict | None = None
+
+    def to_json(self) -> dict:
+        out = {"status": self.status, "samples": self.samples, "metrics": self.metrics,
+               "thresholds": self.thresholds}
+        if self.task_accuracy is not None:
+            out["task_accuracy"] = self.task_accuracy
+        if self.inspection is not None:
+            out["inspection"] = self.inspection
+        if self.reasons:
+            out["reasons"] = list(self.reasons)
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Verdict":
+        return cls(d["status"], d["samples"], d["metrics"], d["thresholds"], d.get("task_accuracy"),
+                   tuple(d.get("reasons", ())), d.get("inspection"))
+
+
+def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, float],
+            labels: np.ndarray | None = None, inspection: dict | None = None) -> Verdict:
+    """Compare artifact outputs with reference outputs (each stacked over samples).
+
+    With an `inspection` of the artifact, thresholds on INSPECTION_METRICS are checked too.
+    """
+    reasons = _inspection_reasons(inspection, thresholds) if inspection is not None else []
+    output_thresholds = {k: v for k, v in thresholds.items() if k in METRICS}
+    if len(ref) != len(out):
+        return Verdict("fail", len(ref[0]) if ref else 0, {}, dict(thresholds),
+                       reasons=(f"the artifact has {len(out)} outputs, the source {len(ref)}",))
+    metrics: dict[str, dict] = {}
+    for i, (r, o) in enumerate(zip(ref, out)):
+        name = f"output_{i}"
+        if r.size != o.size:
+            reasons.append(f"{name}: shape {o.shape} differs from the source's {r.shape}")
+            continue
+        o = o.reshape(r.shape)
+        metrics[name] = {k: fn(r, o) for k, fn in METRICS.items()}
+        metrics[name] = {k: v for k, v in metrics[name].items() if v is not None or k == "sqnr_db"}
+        for key, limit in output_thresholds.items():
+            value = metrics[name].get(key)
+            if key == "sqnr_db" and value is None:
+                continue  # identical outputs: infinite SQNR
+            if value is None:
+                continue
+            ok = value >= limit if HIGHER_IS_BETTER[key] else value <= limit
+            if not ok:
+                sign = "<" if HIGHER_IS_BETTER[key] else ">"
+                reason = f"{name} {key} {value:.6g} {sign} {limit:g}"
+                if key == "top1_agreement":
+                    wrong, ties = top1_near_ties(r, o)
+                    reason += (f" ({wrong} of {len(r)} samples disagree; {ties} of them are near-ties in the source "
+                               f"model, its top two scores closer than {NEAR_TIE:.0%} of their spread)")
+                reasons.append(reason)
+    task = None
+    if labels is not None and ref and ref[0].ndim >= 2:
+        labels = np.asarray(labels).reshape(-1)
+        task = {"reference": _accuracy(ref[0], labels), "artifact": _accuracy(out[0], labels)}
+    return Verdict("fail" if reasons else "pass", len(ref[0]) if ref else 0, metrics, dict(thresholds), task,
+                   tuple(reasons), inspection)
+
+
+def _inspection_reasons(inspection: dict, thresholds: dict[str, float]) -> list[str]:
+    reasons = []
+    for key, what in INSPECTION_METRICS.items():
+        if key in thresholds and inspection[key] < thresholds[key]:
+            left = ", ".join(inspection.get("float_ops", [])[:6]) or "none listed"
+            reasons.append(f"did not really quantize: only {inspection[key] * 100:.1f}% {what} "
+                           f"({key} {inspection[key]:.4g} < {thresholds[key]:g}); float ops left: {left}")
+    return reasons
+
+
+def _accuracy(scores: np.ndarray, labels: np.ndarray) -> float:
+    pred = np.argmax(scores.reshape(len(scores), -1), axis=1)
+    return round(float(np.mean(pred == labels)), 6)
+
+
+def parse_thresholds(items: list[str] | tuple[str, ...]) -> dict[str, float]:
+    """`--threshold cosine=0.999` → {"cosine": 0.999}, checked against the metric registry."""
+    from edgekit.core.errors import BadInput
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in HIGHER_IS_BETTER:
+            raise BadInput(f"cannot read --threshold {item!r}", fix=f"write METRIC=VALUE with a metric of {', '.join(HIGHER_IS_BETTER)}")
+        try:
+            out[key] = float(value)
+        except ValueError:
+            raise BadInput(f"--threshold {item!r}: {value!r} is not a number") from None
+    return out

@@ -1,0 +1,166 @@
+"""Building routes into artifacts, each shared intermediate once, and placing the results.
+
+A run's routes share prefixes: `onnx` and `ort` both start with torch → onnx, and at int8 both
+read the same calibrated ONNX model; `auto` and the search convert the same float model once per
+candidate. `Intermediates` keeps every step's output of the run, keyed by the steps that made it
+(and the quantization spec, from the quantizing step on), so a prefix is built once and reused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from edgekit.core.artifact import ModelArtifact
+from edgekit.core.errors import BadInput
+from edgekit.engine.graph import Route
+from edgekit.core.quiet import captured, private_dir, temp_files_in
+from edgekit.converters.base import ConvertContext
+
+TMP_PREFIX = ".edgekit-tmp-"
+Progress = Callable[[str], None]
+
+
+def quantizing_index(route: Route) -> int | None:
+    """The index of the step that turns a float model into an int8 one, or None."""
+    return next((i for i, s in enumerate(route.steps) if s.precision == "int8"), None)
+
+
+@dataclass
+class Intermediates:
+    """Every artifact a run has built, by the steps (and spec) that made it. Lives in `folder`."""
+
+    folder: Path
+    built: dict[tuple, tuple[ModelArtifact, str]] = field(default_factory=dict)  # key → (artifact, built for)
+
+    def key(self, route: Route, i: int, ctx: ConvertContext) -> tuple:
+        steps = tuple((s.converter.name, s.precision) for s in route.steps[: i + 1])
+        q = quantizing_index(route)
+        return (route.source_format, steps, ctx.spec if q is not None and q <= i else None)
+
+
+def build(route: Route, ctx: ConvertContext, stem: str, say: Progress, shared: Intermediates | None = None,
+          owner: str = "") -> ModelArtifact:
+    """Run the steps of `route` on the source in `ctx`, each step's output in its own folder of `shared`
+    (the run's intermediates; by default new ones in ctx.work_dir). A step `shared` already holds is
+    reused, said in the progress and recorded in the artifact's meta "reused"."""
+    shared = shared if shared is not None else Intermediates(ctx.work_dir)
+    q = quantizing_index(route)
+    artifact = ctx.source.artifact.evolve(meta={"route": [ctx.source.artifact.format]})
+    reused: list[dict] = []
+    for i, step in enumerate(route.steps):
+        conv = step.converter
+        key = shared.key(route, i, ctx)
+        if key in shared.built:
+            artifact, built_for = shared.built[key]
+            reused.append({"converter": conv.name, "format": conv.target, "precision": step.precision,
+                           "built_for": built_for})
+            say(f"reusing the {step.precision} {conv.target} model built for {built_for} ({conv.name})")
+            continue
+        from edgekit.targets import by_format
+
+        folder = shared.folder / f"i{len(shared.built)}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{stem}{'' if step.precision == 'fp32' else '.' + step.precision}{by_format(conv.target).extension}"
+        detail = (f", {ctx.spec.method} calibration" + (" and SmoothQuant" if ctx.spec.smooth_quant else "")
+                  + (" and bias correction" if ctx.spec.bias_correction else "") if i == q else "")
+        say(f"converting {artifact.format} → {conv.target} at {step.precision} ({conv.name}{detail})")
+        with captured(), temp_files_in(folder):  # the step's scratch files go beside its output
+            artifact = conv()(artifact, path, step.precision, replace(ctx, work_dir=folder))
+        shared.built[key] = (artifact, owner)
+    return artifact.evolve(meta={"reused": reused}) if reused else artifact
+
+
+@contextmanager
+def run_folder(out_dir: Path):
+    """A run's private folder `.edgekit-tmp-<pid>-*` inside `out_dir` (made, with its parents, if missing).
+
+    Every library's temporary files go there while the block runs; it is removed at the end (or, if
+    this process is killed, by the next run into the same folder), and so are the folders of `out_dir`
+    the run made if it left nothing in them.
+    """
+    created = [p for p in (out_dir, *out_dir.parents) if not p.exists()]  # the deepest first
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        run_tmp = Path(private_dir(out_dir, TMP_PREFIX))
+    except OSError as e:
+        raise BadInput(f"cannot write into the output folder {out_dir}: {e.strerror}",
+                       fix="give --out a folder you can write to") from None
+    try:
+        with temp_files_in(run_tmp):
+            yield run_tmp
+    finally:
+        shutil.rmtree(run_tmp, ignore_errors=True)
+        for folder in created:
+            if any(folder.iterdir()):
+                break
+            folder.rmdir()
+
+
+def place(artifact: ModelArtifact, out_dir: Path, staging: Path) -> ModelArtifact:
+    """Put the artifact's files, as a set, into the output folder; the built files stay where they are
+    (another route of the run may read them).
+
+    Each file is linked (or copied) into `staging` (on the output folder's file system) first. Then,
+    under a lock on the folder (two runs into one --out place one set after the other), side files an
+    earlier artifact of the same name left there and this one does not have (an `.io.json`, the
+    external data the earlier model names) are removed, and the files are renamed into place, the
+    model file last.
+    """
+    from edgekit.core.formats import onnx_files, side_file_names
+
+    main = Path(artifact.path).name
+    names = [Path(f).name for f in artifact.files]
+    staged = Path(private_dir(staging, "place-"))
+    for f in artifact.files:
+        try:
+            os.link(f, staged / Path(f).name)
+        except OSError:
+            shutil.copy2(f, staged / Path(f).name)
+    with _locked(out_dir):
+        old = out_dir / main
+        earlier = set(side_file_names(artifact.format, old))
+        if artifact.format == "onnx" and old.is_file() and not _same_file(old, staged / main):
+            try:
+                earlier |= {Path(f).name for f in onnx_files(old)[1:]}
+            except Exception:  # an unreadable earlier model: its edgekit side files still go
+                pass
+        for name in earlier - set(names):
+            stale = out_dir / name
+            if stale.parent == out_dir and stale.is_file():
+                stale.unlink()
+        for name in sorted(names, key=lambda n: n == main):
+            os.replace(staged / name, out_dir / name)
+    staged.rmdir()
+    return artifact.evolve(path=str(out_dir / main), files=tuple(str(out_dir / n) for n in names))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two files hold the same bytes (then they name the same external data)."""
+    from edgekit.core.artifact import sha256_files
+
+    return a.stat().st_size == b.stat().st_size and sha256_files([a]) == sha256_files([b])
+
+
+@contextmanager
+def _locked(folder: Path):
+    """An exclusive lock on `folder` among edgekit processes (flock on the directory; no lock file)."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def stem_of(source: str) -> str:
+    p = Path(source)
+    if p.exists():
+        return p.stem if p.is_file() else p.name
+    return source.rpartition(":")[2] or "model"

@@ -1,0 +1,113 @@
+"""The converter graph: formats are nodes, converters are edges; plans are found before any run."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from itertools import count
+
+from edgekit.core.errors import BadInput, MissingDependency
+from edgekit.converters.base import PRECISIONS, Converter, converters, node_of
+
+
+@dataclass(frozen=True)
+class Step:
+    converter: type[Converter]
+    precision: str  # the precision this step produces
+
+
+@dataclass(frozen=True)
+class Route:
+    source_format: str
+    target_format: str
+    precision: str
+    steps: tuple[Step, ...]
+
+    @property
+    def cost(self) -> float:
+        return sum(s.converter.cost for s in self.steps)
+
+    @property
+    def formats(self) -> list[str]:
+        return [self.source_format] + [s.converter.target for s in self.steps]
+
+
+class Graph:
+    def __init__(self, edges: list[type[Converter]] | None = None):
+        self.edges = list(converters().values()) if edges is None else list(edges)
+
+    def _search(self, start: str, goal: tuple[str, str] | None, only_available: bool):
+        """Dijkstra over (node, precision) states; returns the best step list per reached state."""
+        best: dict[tuple[str, str], tuple[float, tuple[Step, ...]]] = {(start, "fp32"): (0.0, ())}
+        tie = count()
+        queue = [(0.0, next(tie), (start, "fp32"))]
+        while queue:
+            cost, _, state = heapq.heappop(queue)
+            if cost > best[state][0]:
+                continue
+            if state == goal:
+                break
+            node, prec = state
+            for edge in self.edges:
+                if edge.source != node or (only_available and not edge.available()):
+                    continue
+                for out_prec in PRECISIONS:
+                    if not edge.accepts(prec, out_prec):
+                        continue
+                    nxt = (edge.target, out_prec)
+                    c = cost + edge.cost
+                    if nxt not in best or c < best[nxt][0]:
+                        best[nxt] = (c, best[state][1] + (Step(edge, out_prec),))
+                        heapq.heappush(queue, (c, next(tie), nxt))
+        return best
+
+    def reachable(self, source_format: str) -> dict[str, set[str]]:
+        """Target format → the precisions reachable from `source_format` (any dependency state).
+
+        The source itself (its own format at fp32) is not a target: nothing would be converted.
+        """
+        out: dict[str, set[str]] = {}
+        for (node, prec), _ in self._search(node_of(source_format), None, False).items():
+            if (node, prec) != (node_of(source_format), "fp32"):
+                out.setdefault(node, set()).add(prec)
+        return out
+
+    def route(self, source_format: str, target_format: str, precision: str = "fp32") -> Route:
+        """The cheapest route from a source format to a target format at a precision.
+
+        Prefers routes whose converters are all installed; raises MissingDependency naming the
+        extra when only uninstalled routes exist, BadInput (listing what is reachable) when none.
+        """
+        if precision not in PRECISIONS:
+            raise BadInput(f"unknown precision {precision!r}", fix=f"use one of {', '.join(PRECISIONS)}")
+        start, goal = node_of(source_format), (target_format, precision)
+        if goal == (start, "fp32"):
+            raise BadInput(f"the source is already {target_format} at fp32: there is nothing to convert",
+                           fix="ask for another target or precision (edgekit graph lists them)")
+        found = self._search(start, goal, True).get(goal)
+        if found is None:
+            anyway = self._search(start, goal, False).get(goal)
+            if anyway is None:
+                reach = self.reachable(source_format)
+                listing = ", ".join(f"{t} ({'/'.join(sorted(p))})" for t, p in sorted(reach.items())) or "nothing"
+                raise BadInput(
+                    f"no route from {source_format} to {target_format} at {precision}",
+                    fix=f"reachable from {source_format}: {listing}",
+                )
+            blocked = next(s.converter for s in anyway[1] if not s.converter.available())
+            raise MissingDependency(f"the {blocked.source} → {blocked.target} converter", blocked.extra, blocked.missing())
+        plan = Route(source_format, target_format, precision, found[1])
+        _validate(plan)
+        return plan
+
+
+def _validate(plan: Route) -> None:
+    """Check the whole chain fits together before anything runs."""
+    node, prec = node_of(plan.source_format), "fp32"
+    for step in plan.steps:
+        conv = step.converter
+        if conv.source != node or not conv.accepts(prec, step.precision):
+            raise RuntimeError(f"invalid plan: {conv.name} cannot follow {node}@{prec}")
+        node, prec = conv.target, step.precision
+    if (node, prec) != (plan.target_format, plan.precision):
+        raise RuntimeError(f"invalid plan: ends at {node}@{prec}")

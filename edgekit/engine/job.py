@@ -1,0 +1,173 @@
+"""One target of a run: build its route (choosing the calibration with `auto`, searching with budgets),
+verify the artifact in its own runtime, place it."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from edgekit.core.artifact import ModelArtifact
+from edgekit.engine.build import Intermediates, Progress, build, place, quantizing_index
+from edgekit.calibration.data import SampleSet
+from edgekit.calibration.methods import AUTO
+from edgekit.core.errors import ConversionFailed
+from edgekit.engine.graph import Route
+from edgekit.sources.loading import Source
+from edgekit.core.quant import PASSES, QuantSpec, auto_specs
+from edgekit.core.quiet import captured
+from edgekit.converters.base import ConvertContext
+from edgekit.core.results import ArtifactResult
+from edgekit.engine.runners import run_isolated
+from edgekit.core.verify import compare, only_near_ties
+
+if TYPE_CHECKING:
+    from edgekit.engine.plan import ConvertRequest
+
+
+@dataclass(frozen=True)
+class TargetJob:
+    source: Source
+    req: ConvertRequest
+    calib: SampleSet | None
+    selection: tuple | None  # (held-out samples, their reference outputs) for --calib-method auto
+    thresholds: dict
+    out_dir: Path
+    work: Path  # the run's private folder inside out_dir: artifacts are built there, then placed
+    stem: str
+    say: Progress
+    shared: Intermediates  # the run's built steps, reused across targets and candidates
+    ran: dict = field(default_factory=dict)  # (artifact path, samples) → (outputs, inspection), each run once
+
+    def _run(self, artifact: ModelArtifact, samples: SampleSet) -> tuple[list, dict]:
+        """The artifact's outputs on `samples` and its inspection, from its runtime's worker; an artifact
+        already run on these samples (an `auto` candidate verified on its held-out samples) is not run again."""
+        key = (artifact.path, id(samples))
+        if key not in self.ran:
+            self.ran[key] = run_isolated(artifact, samples.inputs, inspect=True)
+        return self.ran[key]
+
+    def run(self, target, route: Route, samples: SampleSet, reference: list) -> ArtifactResult:
+        tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=self.work))
+        try:
+            q = quantizing_index(route)
+            step = route.steps[q] if q is not None else None
+            calibration = None
+            if step is None:
+                artifact = self._route(target, route, tmp, self.req.spec("minmax"))
+            else:
+                if self.req.calib_method == AUTO:
+                    artifact, spec, calibration = self._auto(target, route, step, tmp)
+                else:
+                    artifact, spec, calibration = None, self.req.spec(self.req.calib_method), {"method": self.req.calib_method}
+                search = None
+                if self.req.budgets:
+                    artifact, spec, search = self._search(target, route, step, tmp, spec, artifact)
+                elif artifact is None:
+                    artifact = self._route(target, route, tmp, spec)
+                calibration = {"source": self.calib.source, "samples": len(self.calib), **calibration}
+                meta = {"calibration": calibration, "quantization": spec.to_json()}
+                artifact = artifact.evolve(meta={**meta, "search": search} if search else meta)
+            self.say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
+            started = time.perf_counter()
+            outputs, inspection = self._run(artifact, samples)
+            verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection)
+            search = artifact.meta.get("search")
+            if search and search["stopped"] == "met" and verdict.status == "fail":
+                note = (f"the search met its budgets on {search['samples']} held-out calibration samples, not on the "
+                        f"{len(samples)} verification samples: give more (and more varied) calibration samples")
+                artifact = artifact.evolve(meta={"search": {**search, "note": note}})
+            measured = ArtifactResult.measured(target.name, artifact, verdict)
+            placed = replace(measured, artifact=place(artifact, self.out_dir, self.work))
+            self.say(f"{target.name}: {verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
+            return placed
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _route(self, target, route: Route, folder: Path, spec: QuantSpec) -> ModelArtifact:
+        ctx = ConvertContext(self.source, folder, self.calib, spec)
+        return build(route, ctx, self.stem, lambda msg: self.say(f"{target.name}: {msg}"), self.shared, target.name)
+
+    def _search(self, target, route: Route, step, tmp: Path, spec: QuantSpec, first: ModelArtifact | None):
+        """Accuracy-aware int8 (edgekit.engine.search): (the artifact, its spec, the search's record)."""
+        from edgekit.engine.layers import SAMPLES, float_reference, rank_layers
+        from edgekit.engine.search import Measurement, Search
+
+        held_out, held_ref = self.selection
+        say = lambda msg: self.say(f"{target.name}: {msg}")  # noqa: E731
+
+        def measure(spec: QuantSpec, index: int) -> Measurement:
+            started = time.perf_counter()
+            artifact = first if index == 0 and first is not None else self._route(target, route, tmp / f"step{index}", spec)
+            outputs, inspection = self._run(artifact, held_out)
+            floats = sum(n for dtype, n in inspection["weight_bytes_by_dtype"].items() if dtype.startswith(("float", "bfloat")))
+            return Measurement(spec, artifact, compare(held_ref, outputs, {}).metrics, inspection["int8_weight_share"],
+                               artifact.bytes, floats, time.perf_counter() - started, only_near_ties(held_ref, outputs))
+
+        reference: list[str] = []  # the fp32 artifact the rankings compare with, converted once
+
+        def rank(m: Measurement) -> list:
+            traced = self.calib.head(min(SAMPLES, len(self.calib)))
+            say(f"ranking the layers of the model by the SQNR each loses on {len(traced)} calibration samples")
+            with captured():
+                if not reference and target.format != "pte":
+                    reference.append(float_reference(self.source, target.format, tmp / "float", say))
+                return rank_layers(self.source, target.format, m.artifact.path, traced.inputs, calibration=self.calib,
+                                   spec=m.spec, float_path=reference[0] if reference else None, say=say)
+
+        say(f"searching for the fewest layers to keep back until {', '.join(b.text() for b in self.req.budgets)} "
+            f"on {len(held_out)} held-out samples")
+        search = Search(self.req.budgets, step.converter.fallbacks, self.req.min_int8_share, self.req.max_steps, say,
+                        passes=self._passes(step.converter))
+        best, record = search.run(spec, measure, rank)
+        record["samples"] = len(held_out)
+        say(f"search: {record['why']} ({record['conversions']} conversions, {record['seconds']:.1f} s)")
+        return best.artifact, best.spec, record
+
+    def _passes(self, converter) -> tuple[str, ...]:
+        """The whole-model passes (edgekit.core.quant.PASSES) worth trying for this model on this backend:
+        those the converter has, SmoothQuant only where the model has linears reading a normalization."""
+        return tuple(p for p in PASSES if getattr(converter, p) and (p != "smooth_quant" or self._smoothable))
+
+    @cached_property
+    def _smoothable(self) -> bool:
+        from edgekit.calibration import smooth_quant
+
+        return smooth_quant.applies(self.source)
+
+    def _auto(self, target, route: Route, step, tmp: Path) -> tuple[ModelArtifact, QuantSpec, dict]:
+        """Try every method the backend has, each with every combination of the whole-model passes
+        worth trying (bias correction where the backend has it, SmoothQuant where the model also has
+        linears reading a normalization; a pass asked for is on in every candidate); keep the one with
+        the least drift on held-out samples. Returns its artifact, its spec and the record of the
+        candidates. A candidate the backend fails on is recorded with its error and left out."""
+        held_out, held_ref = self.selection
+        tried, failed = [], []
+        for spec in auto_specs(self.req.spec(self.req.calib_method), step.converter.methods, self._passes(step.converter)):
+            method, passes = spec.method, [p for p in PASSES if getattr(spec, p)]
+            what = f"{target.name}: {method} calibration{''.join(' with ' + PASSES[p] for p in passes)}"
+            record = {"method": method, "bias_correction": spec.bias_correction, "smooth_quant": spec.smooth_quant}
+            try:
+                artifact = self._route(target, route, tmp / "+".join([method, *passes]), spec)
+            except ConversionFailed as e:
+                failed.append((e, {**record, "error": e.message}))
+                self.say(f"{what}: failed ({e.message})")
+                continue
+            m = compare(held_ref, self._run(artifact, held_out)[0], {}).metrics["output_0"]
+            tried.append((artifact, spec, {**record, "sqnr_db": m["sqnr_db"], "cosine": m["cosine"], "max_abs": m["max_abs"]}))
+            self.say(f"{what}: cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
+        if not tried:
+            raise failed[0][0]
+        best_artifact, best_spec, best = max(tried, key=lambda t: _drift_rank(t[2]))
+        return best_artifact, best_spec, {"method": best["method"], "requested": AUTO, "held_out_samples": len(held_out),
+                                          "candidates": [c for _, _, c in tried] + [c for _, c in failed]}
+
+
+def _drift_rank(candidate: dict) -> tuple:
+    """Least drift first: highest SQNR (None means identical outputs), then highest cosine."""
+    sqnr = candidate["sqnr_db"]
+    return (float("inf") if sqnr is None else sqnr, candidate["cosine"])

@@ -1,0 +1,95 @@
+"""Per-layer drift of an int8 artifact: traced in its runtime's child process against the float artifact
+of the same route (for .pte, the PT2E model rebuilt in this process), ranked (edgekit.core.drift) and
+named after the source model's layers."""
+
+from __future__ import annotations
+
+from edgekit.core.drift import LayerDrift, from_json, keras_layer, module_path_from_location
+
+SAMPLES = 32  # samples traced: every intermediate tensor of every sample is read
+
+
+def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibration=None, spec=None,
+                float_path: str | None = None, say=lambda _msg: None) -> list[LayerDrift]:
+    """The layers of the int8 artifact at `artifact_path`, converted from the opened source `model`,
+    ranked on `inputs` (see `attribute`). For .pte, the PT2E model is rebuilt from `calibration` (a
+    SampleSet) and `spec` (a QuantSpec: method and overrides); for the other formats the float
+    reference is `float_path`, or one converted here (`float_reference`)."""
+    import tempfile
+
+    from edgekit.engine.runners import trace_layers_isolated
+
+    if fmt == "pte":
+        from edgekit.engine.pte_layers import trace
+
+        return trace(model, calibration, spec, inputs)
+    with tempfile.TemporaryDirectory(prefix="edgekit-float-") as tmp:
+        float_path = float_path or float_reference(model, fmt, tmp, say)
+        ranked = from_json(trace_layers_isolated(fmt, float_path, artifact_path, model.artifact.signature, inputs))
+    return _renamed(ranked, _source_names(model))
+
+
+def float_reference(model, fmt: str, folder, say=lambda _msg: None) -> str:
+    """The fp32 artifact of format `fmt` that per-layer drift is measured against: the source itself
+    when it is already that format, else one converted into `folder` by the same route."""
+    from pathlib import Path
+
+    from edgekit.engine.graph import Graph
+    from edgekit.engine.build import build
+    from edgekit.converters.base import ConvertContext
+
+    if model.artifact.format == fmt:  # an .onnx source: it is the float model
+        return model.artifact.path
+    plan = Graph().route(model.artifact.format, fmt, "fp32")
+    return build(plan, ConvertContext(model, Path(folder)), "reference", say).path
+
+
+def _source_names(model) -> dict[str, str]:
+    """The source's layer names by the names a backend traced: Keras layer names as themselves;
+    for a torch source, module paths by the name `module_path_from_location` reads from a
+    torch.export location, which keeps only the last part of each level's path (a ModuleList's
+    `_blocks.15` becomes `15`) and splits `Conv2d__project_conv` at its last underscore."""
+    keras_model = getattr(model, "keras_model", None)
+    if keras_model is not None:
+        return {layer.name: layer.name for layer in keras_model.layers}
+    exported = getattr(model, "exported", None)
+    if exported is None:
+        return {}
+    seen: dict[str, set] = {}
+    for node in exported().graph.nodes:
+        levels = list((node.meta.get("nn_module_stack") or {}).values())
+        if not levels or not levels[-1][0]:
+            continue
+        parts = ["root"] + [f"{_class_name(cls)}_{path.rpartition('.')[2]}" for path, cls in levels if path]
+        traced = module_path_from_location("/".join(parts))
+        if traced:
+            seen.setdefault(traced, set()).add(_folded_conv(node) or levels[-1][0])
+    return {traced: next(iter(paths)) for traced, paths in seen.items() if len(paths) == 1}
+
+
+def _folded_conv(node) -> str | None:
+    """The module path of the convolution a BatchNorm node follows: quantizers fold the BatchNorm
+    into it, and the fused layer carries the BatchNorm's name in a backend's tensor names."""
+    target = str(getattr(node, "target", ""))
+    conv = node.args[0] if node.args and hasattr(node.args[0], "meta") else None
+    if "batch_norm" not in target or conv is None or "conv" not in str(getattr(conv, "target", "")):
+        return None
+    levels = list((conv.meta.get("nn_module_stack") or {}).values())
+    return levels[-1][0] if levels and levels[-1][0] else None
+
+
+def _class_name(cls) -> str:
+    return cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _renamed(layers: list[LayerDrift], names: dict[str, str]) -> list[LayerDrift]:
+    """Backend names → the source's layer names where they can be told."""
+    from dataclasses import replace
+
+    if not names:
+        return layers
+    out = []
+    for d in layers:
+        hit = keras_layer(d.layer, set(names))
+        out.append(replace(d, layer=names[hit] if hit else names.get(d.layer, d.layer)))
+    return out

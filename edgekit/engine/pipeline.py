@@ -1,0 +1,254 @@
+"""The main job as stages: `plan(request) → Plan`, `prepare(plan) → Prepared`, `run(prepared) → ConvertResult`.
+
+`plan` resolves the targets and their routes and checks, before anything heavy runs, that every
+route can do what was asked. `prepare` opens the source, loads and validates the data and runs
+the source model on the verification samples, once (a `Sources` shared by several requests, as
+`check` makes them, opens each model once). `run` builds every route, each shared intermediate
+once (edgekit.engine.build), verifies each artifact in its own runtime and only then places it; a failed
+or interrupted run leaves no partial file behind. `convert` is the three in a row, with the
+artifact cache (edgekit.engine.cache) in front of `prepare`.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from edgekit.calibration.data import SampleSet
+from edgekit.calibration.methods import AUTO, HOLDOUT_FRACTION
+from edgekit.core.artifact import ModelArtifact
+from edgekit.core.errors import BadInput, ConversionFailed
+from edgekit.core.quiet import captured
+from edgekit.core.results import ArtifactResult, ConvertResult
+from edgekit.core.verify import THRESHOLDS, compare
+from edgekit.engine.build import Intermediates, Progress, run_folder, stem_of
+from edgekit.engine.plan import ConvertRequest, Plan, plan, resolve_targets  # noqa: F401  (the stages, re-exported)
+from edgekit.engine.search import SEARCH_FRACTION
+from edgekit.sources.loading import Source, SourceOptions
+
+RANDOM_SAMPLES = 16
+
+
+class Sources:
+    """Source models opened once for several requests (`check` runs one per precision, then attribution),
+    each with the reference outputs it gave on the samples it was run on."""
+
+    def __init__(self):
+        self._opened: dict[tuple, Source] = {}
+        self._references: dict[tuple, list[np.ndarray]] = {}
+
+    def open(self, location: str, options: SourceOptions, say: Progress = lambda _msg: None) -> Source:
+        from edgekit.sources.loading import open_source
+
+        key = (location, options)
+        if key not in self._opened:
+            say(f"loading {location}")
+            with captured():
+                self._opened[key] = open_source(location, options)
+        return self._opened[key]
+
+    def reference(self, source: Source, samples: SampleSet, say: Progress) -> list[np.ndarray]:
+        """The source's outputs on `samples`, run once per source and samples."""
+        key = (id(source), len(samples), _fingerprint(samples))
+        if key not in self._references:
+            say(f"running the source model on {len(samples)} samples")
+            self._references[key] = _run_reference(source, samples)
+        return self._references[key]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A plan with its source opened, its data loaded and its reference outputs computed."""
+
+    plan: Plan
+    source: Source
+    calib: SampleSet | None
+    samples: SampleSet  # the verification samples
+    reference: list  # the source's outputs on them
+    selection: tuple | None  # (held-out samples, their reference outputs) for auto and the search
+    warnings: tuple[str, ...] = ()
+
+
+def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | None = None) -> Prepared:
+    """Open the source, load the calibration and eval data, and run the source on the eval samples."""
+    from edgekit.calibration.data import load_samples, random_samples
+    from edgekit.calibration.sources import load_calibration
+
+    say = progress or (lambda _msg: None)
+    req, sources = plan.request, sources or Sources()
+    source_model = sources.open(req.source, req.source_options, say)
+    source = source_model.artifact
+    calib = held_out = None
+    warnings: list[str] = []
+    if plan.calibrated:
+        calib, calib_warnings = load_calibration(req.calibration, source.signature)
+        warnings += calib_warnings
+        if req.calib_method == AUTO or req.budgets or not req.eval_data:
+            # A search decides on its held-out samples: it holds out more (top-1 agreement on a dozen
+            # samples cannot tell a 98% model from a 90% one).
+            calib, held_out = calib.split(SEARCH_FRACTION if req.budgets else HOLDOUT_FRACTION)
+    if req.eval_data:
+        samples = load_samples(req.eval_data, source.signature, what="eval data")
+    elif held_out is not None and req.budgets:
+        if len(held_out) < 2:
+            raise BadInput(f"--budget without --eval needs more calibration samples: {len(held_out)} held out is too few "
+                           "to both search on and verify on", fix="pass --eval data.npz")
+        held_out, samples = held_out.split(0.5)  # the final verdict never sees the samples the search chose on
+        warnings.append(f"no --eval data: searched on {len(held_out)} and verified on {len(samples)} other "
+                        "held-out calibration samples")
+    elif held_out is not None:
+        samples = held_out
+        warnings.append(f"no --eval data: verified on {len(held_out)} held-out calibration samples")
+    else:
+        samples = random_samples(source.signature, RANDOM_SAMPLES)
+        warnings.append(f"no --eval data: verified on {RANDOM_SAMPLES} seeded random inputs, "
+                        "which says little about accuracy; pass --eval data.npz")
+    reference = sources.reference(source_model, samples, say)
+    selection = None
+    if (req.calib_method == AUTO or req.budgets) and held_out is not None:
+        selection = (held_out, sources.reference(source_model, held_out, say))
+    return Prepared(plan, source_model, calib, samples, reference, selection, tuple(warnings))
+
+
+def run(prepared: Prepared, progress: Progress | None = None, routes=None) -> list[ArtifactResult]:
+    """Build, verify and place every route of the plan (or `routes`, a part of it), in order."""
+    from edgekit.engine.job import TargetJob
+
+    say = progress or (lambda _msg: None)
+    p, req = prepared.plan, prepared.plan.request
+    out_dir = Path(req.out_dir)
+    with run_folder(out_dir) as run_tmp:
+        job = TargetJob(prepared.source, req, prepared.calib, prepared.selection, p.thresholds, out_dir, run_tmp,
+                        stem_of(req.source), say, Intermediates(run_tmp / "built"))
+        return [job.run(target, route, prepared.samples, prepared.reference) for target, route in (routes or p.routes)]
+
+
+def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: Sources | None = None,
+            cache=None) -> ConvertResult:
+    """Run the main job: plan every target, convert, verify in each runtime, place the artifacts.
+
+    With `cache` (an edgekit.engine.cache.ArtifactCache), a target whose cached result matches everything this
+    request depends on is placed from the cache, as it was verified; the source is opened only when
+    some target is not cached, and each target converted is stored.
+    """
+    say = progress or (lambda _msg: None)
+    p = plan(req)
+    results: dict[str, ArtifactResult] = {}
+    source = source_sha256 = None
+    warnings = list(p.warnings)
+    if cache is not None:
+        hits = cache.lookup(p)
+        if cache.skipped:
+            say(f"not cached: {cache.skipped}")
+        with run_folder(Path(req.out_dir)) as staging:
+            for name, hit in hits.items():
+                placed = cache.place(hit, Path(req.out_dir), staging)
+                if placed is not None:
+                    say(f"{name}: placed from the cache ({placed.verdict.status} when verified; --no-cache converts again)")
+                    results[name] = placed
+                    source, source_sha256 = hit.source, hit.source_sha256
+                    warnings += [w for w in hit.warnings if w not in warnings]
+    missing = [(t, r) for t, r in p.routes if t.name not in results]
+    if missing:
+        prepared = prepare(p, say, sources)
+        warnings += [w for w in prepared.warnings if w not in warnings]
+        source = prepared.source.artifact
+        source_sha256 = source.sha256 if source.files else None
+        for result in run(prepared, say, missing):
+            results[result.target] = result
+            if cache is not None:
+                cache.store_result(p, result, source, prepared.warnings)
+    return ConvertResult(source, source_sha256, tuple(results[t.name] for t, _ in p.routes), tuple(warnings))
+
+
+def _fingerprint(samples: SampleSet) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(samples.inputs):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(samples.inputs[name]).tobytes())
+    return h.hexdigest()
+
+
+def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Callable[[str], dict] | None = None,
+                     progress: Progress | None = None, sources: Sources | None = None) -> ConvertResult:
+    """Verify artifacts made elsewhere against the source model, each in its own runtime.
+
+    An artifact's precision comes from its name (model.int8.tflite) or else from its weights; its
+    thresholds are edgekit's for that precision updated with `thresholds_for(precision)`.
+    """
+    from edgekit.core.errors import reading
+    from edgekit.core.formats import artifact_files, detect
+    from edgekit.targets import TARGETS
+    from edgekit.targets.inspection import inspect_artifact
+
+    say = progress or (lambda _msg: None)
+    given = []  # (path, format, files, inspection): every artifact is read, as `edgekit report` reads it, first
+    for p in paths:
+        fmt = detect(p)
+        if fmt not in {t.format for t in TARGETS.values()}:
+            raise BadInput(f"{p} is a {fmt} model, not an artifact edgekit can verify",
+                           fix="give .tflite, .pte, .ptl, .onnx or .ort files")
+        with reading(p, f"the .{fmt} artifact"), captured():
+            files = artifact_files(fmt, p)  # first: it refuses external data outside the artifact's folder
+            given.append((p, fmt, files, inspect_artifact(fmt, str(p)).to_json()))
+    results = []
+    with run_folder(Path(req.out_dir)):  # the runtimes' temporary files too stay inside --out
+        prepared = prepare(Plan(req, detect(req.source), (), False, {}), say, sources)
+        for p, fmt, files, inspection in given:
+            results.append(_verify_given(p, fmt, files, inspection, prepared.source.artifact.signature,
+                                         prepared.samples, prepared.reference, thresholds_for, say))
+    source = prepared.source.artifact
+    return ConvertResult(source, source.sha256 if source.files else None, tuple(results), prepared.warnings)
+
+
+def _verify_given(p, fmt: str, files, inspection: dict, signature, samples, reference, thresholds_for,
+                  say: Progress) -> ArtifactResult:
+    from edgekit.core.formats import split_name
+    from edgekit.engine.runners import run_isolated
+    from edgekit.targets import by_format
+    from edgekit.targets.inspection import precision_from_inspection
+
+    target = by_format(fmt)
+    artifact = ModelArtifact(fmt, str(p), signature, files=files, meta={"route": ["given"], "seconds": 0.0})
+    say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
+    try:
+        outputs, _ = run_isolated(artifact, samples.inputs)
+    except ConversionFailed as e:  # nothing was converted: the file given is what cannot be run
+        raise BadInput(f"{p}: {e.message}", fix="the file is damaged or not a valid artifact; "
+                                               "give the file as the converter wrote it") from None
+    precision = split_name(Path(p))[1] or precision_from_inspection(inspection["weight_bytes_by_dtype"],
+                                                                    inspection["int8_weight_share"])
+    thresholds = {**THRESHOLDS.get(precision, {}), **(thresholds_for(precision) if thresholds_for else {})}
+    verdict = compare(reference, outputs, thresholds, samples.labels, inspection)
+    return ArtifactResult.measured(target.name, artifact.evolve(precision=precision), verdict)
+
+
+def _run_reference(source: Source, samples) -> list[np.ndarray]:
+    """The source's outputs on each sample, one at a time, on one thread (faster for one sample than many)."""
+    per_sample = []
+    with _one_thread():
+        for i in range(len(samples)):
+            per_sample.append(source.run({k: v[i] for k, v in samples.inputs.items()}))
+    return [np.stack([s[j] for s in per_sample]) for j in range(len(per_sample[0]))]
+
+
+@contextmanager
+def _one_thread():
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,182 @@
+"""Running artifacts in their own runtimes, in a child process so a native crash stays contained."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.core.artifact import ModelArtifact
+from edgekit.core.deps import require
+from edgekit.core.errors import ConversionFailed
+from edgekit.core.signature import Signature
+
+
+def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, timeout: float = 900,
+                 inspect: bool = False) -> tuple[list[np.ndarray], dict | None]:
+    """Run `artifact` on stacked `inputs` (leading sample axis) in its runtime's worker process.
+
+    Returns one stacked array per output and, with `inspect`, the artifact's inspection (see
+    edgekit.targets.inspection) as JSON, made in this process. A crash or error in the runtime
+    becomes a ConversionFailed naming the runtime and quoting its last words; the worker is started
+    again for the next artifact.
+    """
+    from edgekit.targets import by_format
+
+    require(by_format(artifact.format).extra, f"running a .{artifact.format} artifact")
+    with _job_dir() as tmp:
+        sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz"))
+        _write_job(artifact.signature, inputs, sig_path, in_path)
+        _worker(artifact.format).run({"path": str(artifact.path), "signature": sig_path, "inputs": in_path,
+                                      "outputs": out_path, "tmp": tmp}, artifact.path, timeout)
+        with np.load(out_path) as data:
+            outputs = [data[f"output_{j}"] for j in range(len(data.files))]
+    inspection = None
+    if inspect:
+        from edgekit.core.quiet import captured
+        from edgekit.targets.inspection import inspect_artifact
+
+        with captured():
+            inspection = inspect_artifact(artifact.format, str(artifact.path)).to_json()
+    return outputs, inspection
+
+
+class RuntimeWorker:
+    """A child process with one runtime imported, running artifacts until it is closed.
+
+    It reads one job per line (JSON) on its standard input and answers on a pipe of its own, so
+    whatever the runtime prints cannot be taken for an answer; its standard error goes to a file
+    whose last lines explain a crash.
+    """
+
+    def __init__(self, fmt: str):
+        self.fmt = fmt
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-m", "edgekit.targets.worker", fmt], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True, errors="replace",
+                                     env={**os.environ, "OMP_NUM_THREADS": "1"})  # batch-1 loops: one thread
+
+    def run(self, job: dict, path: str, timeout: float) -> None:
+        import select
+
+        from edgekit.targets import by_format
+
+        runtime = by_format(self.fmt).runtime
+        try:
+            self.proc.stdin.write(json.dumps(job) + "\n")
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            answer = self.proc.stdout.readline() if ready else None
+        except (BrokenPipeError, OSError):
+            answer = ""
+        if answer is None:
+            self.close()
+            raise ConversionFailed(f"{runtime} did not finish {Path(path).name} within {timeout:.0f} s")
+        if answer.startswith("ok"):
+            return
+        if answer.startswith("error "):
+            raise ConversionFailed(f"{runtime} failed running {Path(path).name}: {answer[6:].strip()[:400]}")
+        code = self.proc.wait()  # no answer: the process died
+        self.close()
+        how = f"crashed (signal {-code})" if code < 0 else "failed"
+        raise ConversionFailed(f"{runtime} {how} running {Path(path).name}: {_last_words(self._stderr())}")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _stderr(self) -> str:
+        self.log.seek(0)
+        return self.log.read()[-20000:].decode("utf-8", "replace")
+
+    def close(self) -> None:
+        if self.alive:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
+        self.log.close()
+
+
+_WORKERS: dict[str, RuntimeWorker] = {}
+
+
+def _worker(fmt: str) -> RuntimeWorker:
+    """This process's worker for format `fmt`, started on first use (and again after a crash)."""
+    worker = _WORKERS.get(fmt)
+    if worker is None or not worker.alive:
+        if worker is not None:
+            worker.close()
+        worker = _WORKERS[fmt] = RuntimeWorker(fmt)
+    return worker
+
+
+@atexit.register
+def close_workers() -> None:
+    """Stop every runtime worker of this process (they also stop when it dies)."""
+    while _WORKERS:
+        _WORKERS.popitem()[1].close()
+
+
+def trace_layers_isolated(fmt: str, float_path: str, quant_path: str, signature: Signature,
+                          inputs: dict[str, np.ndarray], *, timeout: float = 900) -> list[dict]:
+    """Per-layer drift of `quant_path` against `float_path` (see edgekit.engine.layers), in a child process."""
+    from edgekit.targets import by_format
+
+    require(by_format(fmt).extra, f"tracing a .{fmt} artifact")
+    with _job_dir() as tmp:
+        sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "layers.json"))
+        _write_job(signature, inputs, sig_path, in_path)
+        _child(["edgekit.targets.layers", fmt, float_path, quant_path, sig_path, in_path, out_path],
+               fmt, quant_path, timeout)
+        with open(out_path) as f:
+            return json.load(f)
+
+
+@contextlib.contextmanager
+def _job_dir():
+    """A private folder for one child's inputs and outputs, `edgekit-job-<pid>-*` in the temporary folder
+    (inside --out during a conversion); ones a killed run left behind are swept away first."""
+    from edgekit.core.quiet import private_dir
+
+    path = private_dir(tempfile.gettempdir(), "edgekit-job-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _write_job(signature: Signature, inputs: dict[str, np.ndarray], sig_path: str, in_path: str) -> None:
+    with open(sig_path, "w") as f:
+        json.dump(signature.to_json(), f)
+    np.savez(in_path, **inputs)
+
+
+def _child(args: list[str], fmt: str, path: str, timeout: float) -> None:
+    """Run `python -m args...`; a crash, error or timeout becomes a ConversionFailed naming the runtime."""
+    from edgekit.targets import by_format
+
+    runtime = by_format(fmt).runtime
+    try:
+        proc = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, errors="replace")
+    except subprocess.TimeoutExpired:
+        raise ConversionFailed(f"{runtime} did not finish {Path(path).name} within {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        how = f"crashed (signal {-proc.returncode})" if proc.returncode < 0 else "failed"
+        raise ConversionFailed(f"{runtime} {how} running {Path(path).name}: {_last_words(proc.stderr)}")
+
+
+def _last_words(stderr: str) -> str:
+    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+    return (errors or lines or ["no message"])[-1][:400]

@@ -1,0 +1,99 @@
+"""Per-layer drift attribution: which layers of a quantized artifact lose the most signal.
+
+Each backend traces the quantized model and its float counterpart on the same inputs and reports,
+for every op of the quantized model, its output tensor, its activation inputs, and the SQNR of
+that output against the float model (float vs. dequantized):
+
+    tflite  the LiteRT interpreter with every intermediate tensor kept, against the fp32 .tflite
+            litert-torch makes from the same source (ops aligned in execution order)
+    onnx    onnxruntime's QDQ debugging (qdq_loss_debug): activations matched by tensor name
+            against the fp32 .onnx the int8 model was quantized from, plus each weight's SQNR
+    pte     the PT2E-quantized graph the .pte is lowered from, node by node against the float
+            exported program (XNNPACK runs the .pte as one delegate call, with no intermediates)
+
+SQNR accumulates along the graph: every layer after a bad one looks bad too. So layers are ranked
+by the SQNR they lose themselves — the worst SQNR among their inputs minus the SQNR of their
+output — and the layer that breaks a model comes first. The model's inputs count as layers too
+(their quantization, against the float input). No layer is credited with input quality above
+INPUT_CAP_DB: 8-bit quantization keeps about 50 dB at best, and a float input (exact, 140 dB)
+would otherwise make the first layer look like the worst. Names are the source model's module paths
+where the backend keeps them (features.2), else the backend's own op names.
+"""
+
+from __future__ import annotations
+
+from edgekit.core.drift import LayerDrift
+from edgekit.core.quant import QuantSpec
+from edgekit.engine.layers import SAMPLES, rank_layers
+
+ATTRIBUTED_FORMATS = ("tflite", "onnx", "pte")
+
+
+def attribute(artifact_path: str, source: str, *, source_options=None, eval_data: str | None = None,
+              calibration=None, method: str = "minmax", bias_correction: bool = False,
+              smooth_quant: bool = False, progress=None, model=None, float_path: str | None = None) -> list[LayerDrift]:
+    """Rank the layers of the int8 artifact at `artifact_path` by the SQNR they lose (see the module doc).
+
+    The float reference is `float_path` or the fp32 artifact of the same format, converted from `source` by
+    the same route; for .pte it is the float exported program, and the int8 side is the PT2E model rebuilt
+    with `calibration` (a CalibrationSpec), `method`, `bias_correction` and `smooth_quant`. `model` is
+    `source` already opened (edgekit.engine.pipeline.Sources), when the caller has it.
+    """
+    from pathlib import Path
+
+    from edgekit.calibration.data import load_samples
+    from edgekit.core.errors import BadInput
+    from edgekit.core.formats import detect
+    from edgekit.sources.loading import SourceOptions, open_source
+    from edgekit.core.quiet import captured
+
+    say = progress or (lambda _msg: None)
+    fmt = detect(artifact_path)
+    if fmt not in ATTRIBUTED_FORMATS:
+        raise BadInput(f"per-layer attribution is not available for .{fmt} artifacts",
+                       fix=f"attribute the {'.onnx it was made from' if fmt == 'ort' else 'tflite, onnx or pte artifact'}")
+    if fmt == "pte":
+        from edgekit.calibration import pt2e
+        from edgekit.core.formats import split_name
+
+        if split_name(Path(artifact_path))[1] == "int8-dynamic":
+            raise BadInput("per-layer attribution of a .pte rebuilds its static int8 PT2E model; "
+                           f"{Path(artifact_path).name} is int8-dynamic", fix="attribute the static int8 artifact")
+        if method not in pt2e.METHODS:
+            raise BadInput(f"attributing an ExecuTorch artifact needs the calibration method it was made with, "
+                           f"not {method!r}", fix=f"use one of {', '.join(pt2e.METHODS)} (the PT2E observers)")
+    if fmt == "pte" and calibration is None:
+        raise BadInput("attributing an ExecuTorch artifact needs its calibration data",
+                       fix="the .pte runs as one XNNPACK call, so the PT2E model is rebuilt from the source: "
+                           "pass the calibration data it was quantized with")
+    from edgekit.targets.inspection import inspect_artifact
+
+    with captured():
+        int8_share = inspect_artifact(fmt, artifact_path).int8_weight_share
+    if int8_share < 0.5:
+        raise BadInput(f"{artifact_path} is not an int8 artifact: per-layer attribution compares int8 layers "
+                       "with the float model", fix="give the int8 artifact (edgekit convert --int8)")
+    if model is None:
+        with captured():
+            model = open_source(source, source_options or SourceOptions())
+    signature = model.artifact.signature
+    if eval_data:
+        samples = load_samples(eval_data, signature, what="eval data")
+    elif calibration is not None:
+        from edgekit.calibration.sources import load_calibration
+
+        samples = load_calibration(calibration, signature)[0]
+    else:
+        raise BadInput("per-layer attribution needs real inputs to trace",
+                       fix="pass eval data (--eval data.npz) or the calibration data (--calib)")
+    inputs = {k: v[:SAMPLES] for k, v in samples.inputs.items()}
+    say(f"attributing drift in {Path(artifact_path).name} layer by layer on {len(next(iter(inputs.values())))} samples")
+    pte_calibration = None
+    if fmt == "pte":
+        from edgekit.calibration.sources import load_calibration
+
+        pte_calibration = load_calibration(calibration, signature)[0]
+    with captured():
+        return rank_layers(model, fmt, artifact_path, inputs, calibration=pte_calibration,
+                           spec=QuantSpec("int8", method, bias_correction=bias_correction, smooth_quant=smooth_quant),
+                           float_path=float_path, say=say)

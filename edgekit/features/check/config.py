@@ -1,0 +1,190 @@
+"""The check config: [[models]] tables read, validated and turned into ModelChecks (see edgekit.features.check)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgekit.core.errors import BadInput, reading
+from edgekit.converters.base import PRECISIONS
+from edgekit.core.verify import HIGHER_IS_BETTER
+
+BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *HIGHER_IS_BETTER}
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
+MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
+              "bias_correction", "smooth_quant", "budgets", "artifacts", "search"}
+SEARCH_KEYS = {"min_int8_share", "max_steps"}
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    name: str
+    path: str
+    targets: tuple[str, ...]
+    precisions: tuple[str, ...]
+    calibration: str | None = None
+    eval: str | None = None
+    input_shape: tuple[str, ...] = ()
+    calib_method: str = "minmax"
+    bias_correction: bool = False  # int8: correct biases after calibration (tflite from torch, executorch, onnx, ort)
+    smooth_quant: bool = False  # int8: SmoothQuant before calibration (the same targets)
+    budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
+    artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
+    project: str | None = None  # the config's folder: import specs must name its modules
+    search: dict | None = None  # accuracy-aware int8 (edgekit.engine.search): {min_int8_share, max_steps}, or None
+
+    def budget(self, precision: str) -> dict:
+        return {**self.budgets.get("*", {}), **self.budgets.get(precision, {})}
+
+    def source_options(self, trust=None):
+        """How to open this model: its input shapes and project from the config, trust from the command line."""
+        from edgekit.sources.loading import SourceOptions
+
+        return SourceOptions(trust_pickle=bool(trust and trust.trust_pickle),
+                             trust_model_code=bool(trust and trust.trust_model_code),
+                             input_shapes=self.input_shape, project=self.project)
+
+
+def load_config(path: str | Path) -> tuple[ModelCheck, ...]:
+    """Read and validate a check config; paths inside it are relative to the config's folder."""
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"check config not found: {path}", fix="write an edgekit.toml (see README, CI gate)")
+    try:
+        with reading(path, "a check config (UTF-8 TOML)"):
+            text = path.read_text(encoding="utf-8")
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"{path} is not valid TOML: {e}") from None
+    unknown = set(raw) - {"models"}
+    if unknown:
+        raise BadInput(f"{path}: unknown top-level key(s) {sorted(unknown)}", fix="the config holds [[models]] tables")
+    models = raw.get("models")
+    if not isinstance(models, list) or not models:
+        raise BadInput(f"{path}: no [[models]] listed", fix="add at least one [[models]] table")
+    base = path.parent
+    if not all(isinstance(m, dict) for m in models):
+        raise BadInput(f"{path}: every entry of models must be a [[models]] table")
+    checks = tuple(_model(m, i, base, path) for i, m in enumerate(models))
+    names = [c.name for c in checks]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise BadInput(f"{path}: more than one model is named {', '.join(map(repr, twice))}; each name is its own "
+                       "folder under --out", fix="give each [[models]] a distinct name")
+    return checks
+
+
+def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
+    where = f"{config}: models[{i}]"
+    unknown = set(m) - MODEL_KEYS
+    if unknown:
+        raise BadInput(f"{where}: unknown key(s) {sorted(unknown)}", fix=f"known keys: {', '.join(sorted(MODEL_KEYS))}")
+    for key in ("path", "targets") if "artifacts" not in m else ("path",):
+        if key not in m:
+            raise BadInput(f"{where}: missing '{key}'")
+    where = f"{config}: models[{i}] ({m.get('name', m['path'])})"
+
+    def rel(key):
+        value = m.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise BadInput(f"{where}.{key} must be a string")
+        p = base / value
+        if p.exists() or (":" not in value and value != "random"):
+            return str(p)
+        return value  # module:function specs and `random` stay as given
+
+    def strings(key, default):
+        value = m.get(key, default)
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise BadInput(f"{where}.{key} must be a list of strings")
+        return tuple(value)
+
+    if not isinstance(m["path"], str):
+        raise BadInput(f"{where}.path must be a string")
+    name = m.get("name") or Path(m["path"]).stem
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise BadInput(f"{where}.name {name!r} is not a plain name: it names the model's folder under --out",
+                       fix="use letters, digits, '_', '-' and '.', starting with a letter or digit (at most 64)")
+    artifacts = tuple(str(base / a) for a in strings("artifacts", []))
+    if "artifacts" in m and ("targets" in m or "precisions" in m):
+        raise BadInput(f"{where}: give either 'artifacts' or 'targets'/'precisions', not both",
+                       fix="given artifacts are verified as they are; their target and precision come from the files")
+    if "artifacts" in m and not artifacts:
+        raise BadInput(f"{where}.artifacts is empty", fix="list artifact files, or use 'targets' to convert")
+    missing = [a for a in artifacts if not Path(a).exists()]
+    if missing:
+        raise BadInput(f"{where}.artifacts: not found: {', '.join(missing)}")
+    if not artifacts and not strings("targets", []):
+        raise BadInput(f"{where}.targets is empty", fix="list targets (tflite, executorch, onnx, ort, ptl) or all")
+    precisions = strings("precisions", ["fp32"])
+    bad = [p for p in precisions if p not in PRECISIONS]
+    if bad:
+        raise BadInput(f"{where}.precisions: unknown {bad}", fix=f"use {', '.join(PRECISIONS)}")
+    if "int8" in precisions and not m.get("calibration") and not artifacts:
+        raise BadInput(f"{where}: int8 needs 'calibration'", fix="point calibration at an .npz of real inputs")
+    return ModelCheck(
+        name=name, path=rel("path"), targets=strings("targets", []),
+        precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
+        input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
+        bias_correction=_flag(m, "bias_correction", where), smooth_quant=_flag(m, "smooth_quant", where),
+        budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
+        search=_search(m.get("search"), where, "int8" in precisions),
+    )
+
+
+def _flag(m: dict, key: str, where: str) -> bool:
+    value = m.get(key, False)
+    if not isinstance(value, bool):
+        raise BadInput(f"{where}.{key}: {value!r} is not true or false", fix=f"write {key} = true")
+    return value
+
+
+def _search(raw, where: str, int8: bool) -> dict | None:
+    """`search = true`, or a table with min_int8_share and max_steps: int8 cases search for the fewest
+    layers to keep back until the model's metric budgets hold."""
+    if raw is None or raw is False:
+        return None
+    if raw is True:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise BadInput(f"{where}.search must be true or a table", fix="search = true, or [models.search] with "
+                                                                     "min_int8_share and max_steps")
+    unknown = set(raw) - SEARCH_KEYS
+    if unknown:
+        raise BadInput(f"{where}.search: unknown key(s) {sorted(unknown)}", fix=f"known: {', '.join(sorted(SEARCH_KEYS))}")
+    if not int8:
+        raise BadInput(f"{where}.search needs int8 among the precisions", fix='precisions = ["int8"]')
+    share, steps = raw.get("min_int8_share", 0.8), raw.get("max_steps", 8)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1:
+        raise BadInput(f"{where}.search.min_int8_share must be a share from 0 to 1, got {share!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise BadInput(f"{where}.search.max_steps must be a whole number ≥ 0, got {steps!r}")
+    return {"min_int8_share": float(share), "max_steps": steps}
+
+
+def _budgets(raw, where: str) -> dict:
+    if not isinstance(raw, dict):
+        raise BadInput(f"{where}.budgets must be a table")
+    out: dict = {"*": {}}
+    for key, value in raw.items():
+        if key in PRECISIONS:
+            if not isinstance(value, dict):
+                raise BadInput(f"{where}.budgets.{key} must be a table")
+            out[key] = {k: _limit(k, v, f"{where}.budgets.{key}") for k, v in value.items()}
+        else:
+            out["*"][key] = _limit(key, value, f"{where}.budgets")
+    return out
+
+
+def _limit(key: str, value, where: str) -> float:
+    if key not in BUDGET_KEYS:
+        raise BadInput(f"{where}: unknown budget '{key}'", fix=f"budgets: {', '.join(sorted(BUDGET_KEYS))}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadInput(f"{where}.{key} must be a number, got {value!r}")
+    return float(value)

@@ -1,0 +1,65 @@
+"""The ExecuTorch runtime as the runner of .pte artifacts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgekit.core import io_params
+from edgekit.core.signature import Signature
+
+
+class PteRunner:
+    def __init__(self, path: str, signature: Signature):
+        import executorch.kernels.quantized  # noqa: F401  (int8 lookups outside XNNPACK run in these kernels)
+        from executorch.runtime import Runtime
+
+        self.program = Runtime.get().load_program(path)
+        self.method = self.program.load_method("forward")
+        self.signature = signature
+        # Integer I/O: the parameters are written beside the program (a .pte does not expose them).
+        self.io = io_params.read(path) or {"inputs": [], "outputs": []}
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import torch
+
+        args = []
+        for i, spec in enumerate(self.signature.inputs):
+            # A fresh copy per input: ExecuTorch rejects zero strides (see STACK.md).
+            x = np.array(feeds[spec.name], copy=True)
+            p = _entry(self.io["inputs"], i)
+            if p is not None:
+                x = io_params.quantize(x, p["scale"], p["zero_point"], np.dtype(p["dtype"]))
+            args.append(torch.from_numpy(x))
+        outputs = []
+        for j, o in enumerate(self.method.execute(args)):
+            y = o.numpy() if hasattr(o, "numpy") else np.asarray(o)
+            p = _entry(self.io["outputs"], j)
+            outputs.append(io_params.dequantize(y, p["scale"], p["zero_point"]) if p is not None else y)
+        return outputs
+
+
+def without_compiler() -> None:
+    """Let `executorch.runtime` load without ExecuTorch's compiler, in a process that only runs programs.
+
+    The runtime's bindings import `executorch.exir._warnings`, and importing it runs the package
+    `executorch.exir`, which imports the whole compiler (torch.export, dynamo, sympy: seconds, most
+    of a check's time). A bare package module with the same path stands in for `executorch.exir`, so
+    its submodules load alone. Only for the runtime worker: a process that compiles must not call it.
+    """
+    import importlib.util
+    import os
+    import sys
+    import types
+
+    if "executorch.exir" in sys.modules:
+        return
+    spec = importlib.util.find_spec("executorch")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    exir = types.ModuleType("executorch.exir")
+    exir.__path__ = [os.path.join(spec.submodule_search_locations[0], "exir")]
+    sys.modules["executorch.exir"] = exir
+
+
+def _entry(entries: list, i: int) -> dict | None:
+    return entries[i] if i < len(entries) else None

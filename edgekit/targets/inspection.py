@@ -1,0 +1,133 @@
+"""Did it really quantize? Read an artifact and report which weights and which kernels are int8.
+
+A quantized file can still run float kernels: weight-only recipes dequantize before every op, and a
+PT2E-quantized .pte without a delegate runs float portable kernels between quantize/dequantize.
+`inspect_artifact` reads the file itself and reports two numbers:
+
+- `int8_weight_share`: bytes of int8/uint8/int4/uint4 constants over all constant bytes
+  (quantization scales and zero points are left out of both).
+- `int8_compute_share`: share of compute ops (data movement and quantize/dequantize excluded) whose
+  kernel takes int8 activations (`int8`) or quantizes float activations on the fly (`dynamic`).
+- `int8_heavy_op_share`: the same share over the multiply-accumulate ops only (convolutions,
+  matrix multiplies, fully-connected), where nearly all of the arithmetic is. Elementwise ops left
+  in float (activations, squeeze-excitation gates) are common in real int8 models; float
+  convolutions are not.
+
+The rules are static: they say what the graph asks for, not which kernel a runtime finally picks.
+Importing this module is cheap; each format's reader imports its framework only when called.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from dataclasses import asdict, dataclass
+from typing import Iterable
+
+from edgekit.core.errors import BadInput
+
+MODES = ("int8", "int16", "dynamic", "weight_only", "qdq_float", "float")
+INT8_MODES = frozenset({"int8", "dynamic"})
+INT8_FAMILY = frozenset({"int8", "uint8", "int4", "uint4"})
+TOP_TENSORS = 5
+JSON_OPS_LIMIT = 64  # to_json lists every op only up to this many
+HEAVY_OPS = re.compile(r"conv|matmul|gemm|fully_?connected|batch_?mat_?mul|addmm|\bmm\b|linear", re.I)
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    type: str
+    mode: str  # one of MODES
+    where: str  # subgraph/node/delegate location, for humans
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"unknown op mode {self.mode!r}")
+
+    @property
+    def int8(self) -> bool:
+        return self.mode in INT8_MODES
+
+
+@dataclass(frozen=True)
+class Inspection:
+    format: str
+    weight_bytes_by_dtype: dict[str, int]
+    int8_weight_share: float
+    ops: tuple[OpInfo, ...]  # compute ops only
+    int8_compute_share: float
+    int8_heavy_op_share: float
+    float_ops: tuple[str, ...]  # e.g. "MAX_POOL_2D ×1", "CONV_2D ×2 (weight_only)"
+    op_counts: dict[str, int]  # every op, data movement and (de)quantize included
+    largest_tensors: tuple[dict, ...]  # constant tensors: name, dtype, shape, bytes
+    io_dtypes: dict  # {"inputs": [dtype, ...], "outputs": [dtype, ...]}
+    delegated: dict | None  # pte only: {backend id: {"calls": n, "ops": n or None}}
+    notes: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        out = {
+            "format": self.format,
+            "weight_bytes_by_dtype": dict(self.weight_bytes_by_dtype),
+            "int8_weight_share": self.int8_weight_share,
+            "int8_compute_share": self.int8_compute_share,
+            "int8_heavy_op_share": self.int8_heavy_op_share,
+            "compute_ops": len(self.ops),
+            "ops_by_mode": dict(collections.Counter(o.mode for o in self.ops)),
+            "float_ops": list(self.float_ops),
+            "op_counts": dict(self.op_counts),
+            "largest_tensors": [{**t, "shape": list(t["shape"])} for t in self.largest_tensors],
+            "io_dtypes": {k: list(v) for k, v in self.io_dtypes.items()},
+            "delegated": self.delegated,
+            "notes": list(self.notes),
+        }
+        if len(self.ops) <= JSON_OPS_LIMIT:
+            out["ops"] = [asdict(o) for o in self.ops]
+        return out
+
+
+def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: dict[str, int],
+          tensors: Iterable[dict], io_dtypes: dict, delegated: dict | None = None,
+          notes: Iterable[str] = ()) -> Inspection:
+    """The shared tail of every reader: shares, float-op summary and the largest tensors."""
+    total = sum(weights.values())
+    low = sum(n for dt, n in weights.items() if dt in INT8_FAMILY)
+    groups = collections.Counter((o.type, o.mode) for o in ops if not o.int8)  # keeps first-seen order
+    float_ops = tuple(f"{ty} ×{n}" + ("" if mode == "float" else f" ({mode})") for (ty, mode), n in groups.items())
+    largest = sorted(tensors, key=lambda t: -t["bytes"])[:TOP_TENSORS]
+    heavy = [o for o in ops if HEAVY_OPS.search(o.type)]
+    return Inspection(
+        format=fmt,
+        weight_bytes_by_dtype=dict(sorted(weights.items(), key=lambda kv: -kv[1])),
+        int8_weight_share=round(low / total, 4) if total else 0.0,
+        ops=tuple(ops),
+        int8_compute_share=round(sum(o.int8 for o in ops) / len(ops), 4) if ops else 0.0,
+        int8_heavy_op_share=round(sum(o.int8 for o in heavy) / len(heavy), 4) if heavy else 0.0,
+        float_ops=float_ops,
+        op_counts=dict(collections.Counter(op_counts).most_common()),
+        largest_tensors=tuple({**t, "shape": tuple(t["shape"])} for t in largest),
+        io_dtypes={k: list(v) for k, v in io_dtypes.items()},
+        delegated=delegated,
+        notes=tuple(dict.fromkeys(notes)),
+    )
+
+
+def inspect_artifact(fmt: str, path: str) -> Inspection:
+    """Inspect the artifact at `path` with its target's reader; `fmt` is a target format id."""
+    from edgekit.targets import by_format, load
+
+    try:
+        target = by_format(fmt)
+    except KeyError:
+        raise BadInput(f"cannot inspect format {fmt!r}", fix="use tflite, onnx, pte, ort or ptl") from None
+    return load(target.inspector)(path)
+
+
+def precision_from_inspection(weight_bytes_by_dtype: dict[str, int], int8_weight_share: float) -> str:
+    """The precision an artifact's weights show: int8, fp16 or fp32 (int8-dynamic looks int8)."""
+    total = sum(weight_bytes_by_dtype.values())
+    if int8_weight_share >= 0.5:
+        return "int8"
+    half = sum(n for d, n in weight_bytes_by_dtype.items() if d.lower() in ("float16", "half", "bfloat16"))
+    if total and half / total >= 0.5:
+        return "fp16"
+    return "fp32"

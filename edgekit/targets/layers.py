@@ -1,0 +1,37 @@
+"""Child-process entry point: per-layer drift of a quantized artifact against its float counterpart.
+
+    python -m edgekit.targets.layers FORMAT FLOAT QUANTIZED SIGNATURE.json INPUTS.npz LAYERS.json
+
+Writes the ranked layers (edgekit.core.drift.LayerDrift as JSON), the layer losing the most first.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import numpy as np
+
+BACKENDS = {"tflite": "edgekit.targets.tflite_layers", "onnx": "edgekit.targets.onnx_layers"}
+
+
+def main(argv: list[str]) -> int:
+    from edgekit.core.drift import rank, to_json
+    from edgekit.core.process import die_with_parent
+    from edgekit.core.signature import Signature
+
+    die_with_parent()
+    fmt, float_path, quant_path, sig_path, in_path, out_path = argv
+    with open(sig_path) as f:
+        sig = Signature.from_json(json.load(f))
+    with np.load(in_path) as data:
+        inputs = {k: data[k] for k in data.files}
+    traced, sqnr = importlib.import_module(BACKENDS[fmt]).trace(float_path, quant_path, sig, inputs)
+    with open(out_path, "w") as f:
+        json.dump(to_json(rank(traced, sqnr)), f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,51 @@
+"""ONNX Runtime (CPU) as the runner of .onnx artifacts."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgekit.core import io_params
+from edgekit.core.signature import Signature
+
+_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+              "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
+              "tensor(bool)": np.bool_}
+
+
+class OnnxRunner:
+    def __init__(self, path: str, signature: Signature):
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.log_severity_level = 3
+        self.configure(opts)
+        self.session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        self.signature = signature
+        inputs = self.session.get_inputs()
+        by_name = {i.name: i for i in inputs}
+        ours = signature.input_names
+        self.inputs = [by_name[n] for n in ours] if set(ours) <= set(by_name) else inputs
+        # Integer I/O: the parameters are written beside the model by the quantizer.
+        self.io = io_params.read(path) or {"inputs": [], "outputs": []}
+
+    def configure(self, opts) -> None:
+        """Adjust the session options before the session is made (subclasses: the .ort runner)."""
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        outputs = []
+        for j, y in enumerate(self.session.run(None, self.feeds(feeds))):
+            p = self.io["outputs"][j] if j < len(self.io["outputs"]) else None
+            outputs.append(io_params.dequantize(y, p["scale"], p["zero_point"]) if p is not None else y)
+        return outputs
+
+    def feeds(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The session's feeds for one sample given by input name (integer inputs quantized)."""
+        onnx_feeds = {}
+        for i, (spec, meta) in enumerate(zip(self.signature.inputs, self.inputs)):
+            x = np.array(feeds[spec.name], copy=True)
+            p = self.io["inputs"][i] if i < len(self.io["inputs"]) else None
+            if p is not None:
+                x = io_params.quantize(x, p["scale"], p["zero_point"], np.dtype(p["dtype"]))
+            onnx_feeds[meta.name] = x.astype(_ORT_TYPES.get(meta.type, np.float32), copy=False)
+        return onnx_feeds

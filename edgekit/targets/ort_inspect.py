@@ -1,0 +1,115 @@
+"""Inspect an .ort file (ONNX Runtime's mobile format): constant bytes by dtype and the kernel mode of every op.
+
+The file is read with the flatbuffer schema onnxruntime ships (`onnxruntime.tools.ort_format_model`).
+An .ort saved with the Fixed optimization style holds the graph as ONNX Runtime will run it: QDQ
+groups are already fused (QLinearConv, QGemm, NhwcMaxPool, ...) and float convolutions may be
+FusedConv. The int8 rules are onnx_inspect's; the tensor types come from the file's own NodeArgs,
+which ONNX Runtime writes for every value, so no shape inference is needed.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+from edgekit.core.errors import BadInput
+from edgekit.targets.inspection import Inspection, build
+from edgekit.targets.onnx_inspect import _dtype, op_modes, quantization_params, tensor_bytes, type_quantize_outputs
+
+
+@dataclass(frozen=True)
+class _Node:
+    """An .ort node with the attribute names of an onnx NodeProto, for onnx_inspect's rules."""
+
+    op_type: str
+    domain: str
+    name: str
+    input: tuple[str, ...]
+    output: tuple[str, ...]
+
+
+def _fbs():
+    """onnxruntime's generated flatbuffer classes (the top-level package `ort_flatbuffers_py`).
+
+    Importing them through `onnxruntime.tools` would import torch too (its __init__ does when torch
+    is installed), so the folder is put on sys.path directly, as `onnxruntime.tools.ort_format_model` does.
+    """
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if importlib.util.find_spec("ort_flatbuffers_py") is None:
+        spec = importlib.util.find_spec("onnxruntime")
+        if spec is None or spec.origin is None:
+            raise BadInput("reading an .ort file needs onnxruntime", fix="pip install 'edgekit[onnx]'")
+        sys.path.append(str(Path(spec.origin).parent / "tools" / "ort_format_model"))
+    import ort_flatbuffers_py.fbs as fbs
+
+    return fbs
+
+
+def _text(b) -> str:
+    return b.decode() if b else ""
+
+
+def read(path: str):
+    """The main graph of the .ort at `path` (an fbs.Graph) and the file's ORT format version."""
+    fbs = _fbs()
+    with open(path, "rb") as f:
+        buf = bytearray(f.read())
+    if not fbs.InferenceSession.InferenceSession.InferenceSessionBufferHasIdentifier(buf, 0):
+        raise BadInput(f"{path} is not an ORT format model (no ORTM identifier)",
+                       fix="convert it with edgekit convert ... -t ort")
+    session = fbs.InferenceSession.InferenceSession.GetRootAsInferenceSession(buf, 0)
+    return session.Model().Graph(), _text(session.OrtVersion())
+
+
+def inspect(path: str) -> Inspection:
+    fbs = _fbs()
+    graph, format_version = read(path)
+    notes = [f"ORT format version {format_version}"] if format_version else []
+
+    elem = {}  # tensor name -> element type (ORT's TensorDataType values are TensorProto's)
+    for j in range(graph.NodeArgsLength()):
+        arg = graph.NodeArgs(j)
+        info = arg.Type()
+        if info is not None and info.ValueType() == fbs.TypeInfoValue.TypeInfoValue.tensor_type:
+            tensor_type = fbs.TensorTypeAndShape.TensorTypeAndShape()
+            tensor_type.Init(info.Value().Bytes, info.Value().Pos)
+            elem[_text(arg.Name())] = tensor_type.ElemType()
+
+    consts = {}  # name -> (element type, dims)
+    for j in range(graph.InitializersLength()):
+        t = graph.Initializers(j)
+        consts[_text(t.Name())] = (t.DataType(), [int(t.Dims(k)) for k in range(t.DimsLength())],
+                                   [t.StringData(k) for k in range(t.StringDataLength())])
+    if graph.SparseInitializersLength():
+        notes.append(f"{graph.SparseInitializersLength()} sparse initializer(s) not counted in the weight bytes")
+    elem.update({name: code for name, (code, _, _) in consts.items()})
+
+    nodes = []
+    for j in range(graph.NodesLength()):
+        n = graph.Nodes(j)
+        nodes.append(_Node(_text(n.OpType()), _text(n.Domain()), _text(n.Name()),
+                           tuple(_text(n.Inputs(k)) for k in range(n.InputsLength())),
+                           tuple(_text(n.Outputs(k)) for k in range(n.OutputsLength()))))
+        for k in range(n.AttributesLength()):
+            if n.Attributes(k).Type() in (fbs.AttributeType.AttributeType.GRAPH, fbs.AttributeType.AttributeType.GRAPHS):
+                notes.append("control-flow subgraphs are not inspected")
+
+    type_quantize_outputs(nodes, elem)
+    qparams = quantization_params(nodes, consts)
+    weights, tensors = collections.Counter(), []
+    for name, (code, dims, strings) in consts.items():
+        if name not in qparams:
+            size = tensor_bytes(code, dims, strings)
+            weights[_dtype(code)] += size
+            tensors.append({"name": name, "dtype": _dtype(code), "shape": dims, "bytes": size})
+
+    ops, op_counts, rule_notes = op_modes(nodes, consts, elem, qparams)
+    notes += rule_notes
+    inputs = [_text(graph.Inputs(j)) for j in range(graph.InputsLength())]
+    outputs = [_text(graph.Outputs(j)) for j in range(graph.OutputsLength())]
+    io = {"inputs": [_dtype(elem.get(x, 0)) for x in inputs if x not in consts],
+          "outputs": [_dtype(elem.get(x, 0)) for x in outputs]}
+    return build("ort", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes)

@@ -1,0 +1,71 @@
+"""The LiteRT interpreter as the runner of .tflite artifacts."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from edgekit.core import io_params
+from edgekit.core.signature import Signature
+
+
+def _order(name: str) -> tuple[int, str]:
+    m = re.search(r"(\d+)$", name)
+    return (int(m.group(1)) if m else 0, name)
+
+
+class TfliteRunner:
+    def __init__(self, path: str, signature: Signature, *, keep_intermediates: bool = False):
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        # Keeping every intermediate tensor needs the built-in kernels: a delegate (XNNPACK by
+        # default) runs its part of the graph as one op and keeps nothing in between.
+        extra = {"experimental_preserve_all_tensors": True,
+                 "experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES} if keep_intermediates else {}
+        self.interp = Interpreter(model_path=path, num_threads=1, **extra)
+        sigs = self.interp.get_signature_list()
+        self.runner = self.interp.get_signature_runner(next(iter(sigs))) if sigs else None
+        self.signature = signature
+        if self.runner is not None:
+            details = self.runner.get_input_details()
+            names = list(details)
+            ours = list(signature.input_names)
+            # litert-torch names inputs args_0, args_1, ...; other converters keep the source names.
+            self.keys = ours if set(ours) == set(names) else sorted(names, key=_order)
+            self.inputs = [details[k] for k in self.keys]
+            outs = self.runner.get_output_details()
+            self.out_keys = sorted(outs, key=_order)
+            self.outputs = [outs[k] for k in self.out_keys]
+        else:
+            self.interp.allocate_tensors()
+            self.inputs = self.interp.get_input_details()
+            self.outputs = self.interp.get_output_details()
+
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        arrays = [_quantize(np.array(feeds[s.name], copy=True), d) for s, d in zip(self.signature.inputs, self.inputs)]
+        if self.runner is not None:
+            result = self.runner(**dict(zip(self.keys, arrays)))
+            raw = [result[k] for k in self.out_keys]
+        else:
+            for a, d in zip(arrays, self.inputs):
+                self.interp.set_tensor(d["index"], a)
+            self.interp.invoke()
+            raw = [self.interp.get_tensor(d["index"]) for d in self.outputs]
+        return [_dequantize(r, d) for r, d in zip(raw, self.outputs)]
+
+
+def _quantize(x: np.ndarray, detail: dict) -> np.ndarray:
+    """Integer inputs take the model's own scale and zero-point; float inputs pass through."""
+    dtype = np.dtype(detail["dtype"])
+    if dtype.kind in "iu" and x.dtype.kind == "f":
+        scale, zero = detail["quantization"]
+        return io_params.quantize(x, scale, zero, dtype)
+    return x.astype(dtype, copy=False)
+
+
+def _dequantize(y: np.ndarray, detail: dict) -> np.ndarray:
+    scale, zero = detail["quantization"]
+    if np.dtype(detail["dtype"]).kind in "iu" and scale:
+        return io_params.dequantize(y, scale, zero)
+    return y
