@@ -1,4 +1,5 @@
-"""The command line: `edgekit convert | graph | demo`. Parses, calls the library, renders."""
+"""The command line: `edgekit convert | check | report | layers | graph | cache | demo`. Parses, calls the
+library, renders."""
 
 from edgekit.cli.app import app, main
 

@@ -26,6 +26,7 @@ DISTRIBUTIONS: dict[str, str] = {
     "onnxscript": "onnxscript",
     "onnxruntime": "onnxruntime",
     "torchao": "torchao",
+    "ai_edge_quantizer": "ai-edge-quantizer",
     "tensorflow": "tensorflow-cpu",
     "tf2onnx": "tf2onnx",
 }

@@ -166,15 +166,19 @@ def request_key(plan) -> dict:
     """Everything a plan's results depend on but its targets and routes, as JSON-able data."""
     from edgekit.core.deps import DISTRIBUTIONS, versions
 
-    req = plan.request
-    if plan.calibrated and req.calibration is not None and req.calibration.preprocess:
-        raise Uncacheable("the calibration data is preprocessed by code (module:function)")
+    req, options = plan.request, plan.request.source_options
+    if options.model_class:
+        raise Uncacheable(f"the model is built by code (--model-class {options.model_class})")
     return {
         "schema": KEY_SCHEMA, "edgekit": code_fingerprint(), "tools": versions(tuple(DISTRIBUTIONS)),
         "source": _data_key(req.source, "the source model"), "source_format": plan.source_format,
-        "input_shapes": list(req.source_options.input_shapes),
+        "source_options": {"input_shapes": list(options.input_shapes), "trust_pickle": options.trust_pickle,
+                           "trust_model_code": options.trust_model_code,
+                           "example_inputs": _data_key(options.example_inputs, "the example inputs")
+                           if options.example_inputs else None},
         "calibration": ({"data": _data_key(req.calibration.source, "the calibration data"),
-                         "samples": req.calibration.samples} if plan.calibrated else None),
+                         "samples": req.calibration.samples, "preprocess": req.calibration.preprocess}
+                        if plan.calibrated else None),
         "eval": _data_key(req.eval_data, "the eval data") if req.eval_data else None,
         "spec": req.spec(req.calib_method).to_json() if plan.calibrated else None,
         "calib_method": req.calib_method if plan.calibrated else None,

@@ -4,8 +4,8 @@ Workers are started once (spawned: the frameworks are never forked) and each kee
 models between the units it runs. Each runs its framework on cores ÷ jobs threads, so N workers do
 not fight over the cores. A unit reports the peak memory of its worker and the runtimes that
 worker started; the pool starts a unit only while the memory the machine has free holds another
-unit as large as the largest seen so far (the first units start one at a time until one has been
-measured, a unit is taken to need `first_estimate` bytes: 2 GiB, or 8 × the largest source model's file).
+unit as large as the largest seen so far (until one has been measured, a unit is taken to need
+`first_estimate` bytes: 2 GiB, or 8 × the largest source model's file).
 The units likely to take longest (by the caller's `priority`) start first, and the short ones fill in
 around them.
 """
