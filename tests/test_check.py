@@ -59,6 +59,11 @@ def test_the_example_config_passes_with_junit_and_markdown(tmp_path):
     assert parallel.returncode == 0, parallel.stderr
     assert "placed from the cache" not in parallel.stderr and "loading" in parallel.stderr
     assert json.loads(parallel.stdout) == doc
+    # As Ray tasks on a local Ray instance the check starts itself: the same results, nothing from Ray on stderr.
+    ray = run_cli("check", EXAMPLE, "--json", "--no-cache", "--executor", "ray", "--jobs", "2", "-o", tmp_path / "out")
+    assert ray.returncode == 0, ray.stderr
+    assert json.loads(ray.stdout) == doc
+    assert "ray" not in ray.stderr.lower(), ray.stderr
 
 
 def test_check_opens_each_source_model_once(tmp_path, monkeypatch):

@@ -1,17 +1,28 @@
-"""`check --jobs`: units in worker processes, as many at once as memory allows, with the results of a serial run."""
+"""`check --jobs` and `check --executor ray`: units in worker processes or Ray tasks, as many at once as
+memory allows, with the results of a serial run. The Ray cases start a local Ray instance of their own."""
 
 from __future__ import annotations
 
+import os
 import time
 
-from edgekit.features.check.workers import Pool, available_memory
+import pytest
+
+from edgekit.core.errors import ConversionFailed
+from edgekit.features.check.workers import available_memory, pool
+
+EXECUTORS = ["local", pytest.param("ray", marks=pytest.mark.slow)]
 
 
-def sleeper(seconds: float, *, sources, progress) -> tuple[float, float]:
-    """A unit of work that only takes time: when it ran."""
+def sleeper(seconds: float, *, sources, progress) -> tuple[float, float, int]:
+    """A unit of work that only takes time: when it ran, and where."""
     started = time.time()
     time.sleep(seconds)
-    return started, time.time()
+    return started, time.time(), os.getpid()
+
+
+def failing(message: str, *, sources, progress):
+    raise ConversionFailed(message, converter="torch_to_tflite", fix="try another target")
 
 
 def _overlaps(spans) -> bool:
@@ -19,23 +30,29 @@ def _overlaps(spans) -> bool:
     return any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
 
 
-def test_units_run_side_by_side_when_memory_holds_them():
-    with Pool(2, False, first_estimate=1) as pool:
-        spans = pool.map(sleeper, [(1.0,), (1.0,), (1.0,), (1.0,)])
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_units_run_side_by_side_when_memory_holds_them(executor, tmp_path):
+    with pool(executor, 2, False, 1 << 20, out_dir=str(tmp_path)) as workers:
+        spans = workers.map(sleeper, [(1.0,), (1.0,), (1.0,), (1.0,)])
     assert len(spans) == 4 and _overlaps(spans)
-    assert pool.peak > 1  # the workers measured what a unit takes
+    assert len({pid for _, _, pid in spans}) == 2  # two workers, each reused
 
 
-def test_a_unit_larger_than_free_memory_runs_alone():
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_unit_larger_than_free_memory_runs_alone(executor, tmp_path):
     too_big = (available_memory() or 0) * 4 + (1 << 40)
-    with Pool(2, False, first_estimate=too_big) as pool:
-        pool._measured = True  # as if a unit had been measured at that size
-        spans = pool.map(sleeper, [(0.5,), (0.5,), (0.5,)])
+    with pool(executor, 2, False, too_big, out_dir=str(tmp_path)) as workers:
+        workers._measured = True  # local: as if a unit had been measured at that size (Ray reserves it)
+        spans = workers.map(sleeper, [(0.5,), (0.5,), (0.5,)])
     assert not _overlaps(spans)
 
 
-def test_results_come_back_in_the_order_asked_whatever_ran_first():
-    with Pool(2, False, first_estimate=1) as pool:
-        spans = pool.map(sleeper, [(0.2,), (1.0,), (0.1,)], priority=lambda args: args[0])
-    assert spans[1][0] <= spans[0][0] and spans[1][0] <= spans[2][0]  # the longest started first
-    assert [round(b - a, 1) >= s for (a, b), s in zip(spans, (0.2, 1.0, 0.1))] == [True] * 3
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_results_come_back_in_the_order_asked_and_errors_as_themselves(executor, tmp_path):
+    with pool(executor, 2, False, 1 << 20, out_dir=str(tmp_path)) as workers:
+        spans = workers.map(sleeper, [(0.2,), (1.0,), (0.1,)], priority=lambda args: args[0])
+        assert spans[1][0] <= spans[0][0] and spans[1][0] <= spans[2][0]  # the longest started first
+        assert [b - a >= s for (a, b, _), s in zip(spans, (0.2, 1.0, 0.1))] == [True] * 3
+        with pytest.raises(ConversionFailed) as caught:
+            workers.map(failing, [("no kernel for aten.foo",)])
+    assert (caught.value.message, caught.value.fix) == ("torch_to_tflite: no kernel for aten.foo", "try another target")

@@ -249,6 +249,8 @@ def check(
     update_baseline: Annotated[bool, typer.Option("--update-baseline", help="Write this run's results as the baseline.")] = False,
     attribution: Annotated[str, typer.Option("--attribution", help="Rank the layers of int8 artifacts by drift: failing (cases), all, or none.")] = "failing",
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Run the cases in this many worker processes (fewer when memory is short); results are the same as with 1.")] = 1,
+    executor: Annotated[str, typer.Option("--executor", help="local (worker processes here) or ray (Ray tasks; needs edgekit[ray]).")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="With --executor ray: a running cluster (HEAD:6379 or auto); default: a local Ray instance on --jobs CPUs.")] = None,
     trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help=TRUST_PICKLE)] = False,
     trust_model_code: Annotated[bool, typer.Option("--trust-model-code", help=TRUST_CODE)] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Convert and verify again even when the artifact cache holds this exact result.")] = False,
@@ -262,6 +264,10 @@ def check(
         raise BadInput(f"--attribution {attribution!r}", fix="use failing, all or none")
     if jobs < 1:
         raise BadInput(f"--jobs {jobs}: at least one worker is needed", fix="give --jobs 1 or more")
+    if executor not in ("local", "ray"):
+        raise BadInput(f"--executor {executor!r}", fix="use local or ray")
+    if ray_address and executor != "ray":
+        raise BadInput("--ray-address needs --executor ray")
     models = gate.load_config(config)
     summary = markdown or (Path(os.environ["GITHUB_STEP_SUMMARY"]) if os.environ.get("GITHUB_STEP_SUMMARY") else None)
     baseline = baseline or config.with_name("edgekit.baseline.json")
@@ -276,7 +282,8 @@ def check(
     trust = SourceOptions(trust_pickle=trust_pickle, trust_model_code=trust_model_code)
     seeds = {} if update_baseline else gate.baseline_seeds(baseline)  # searches start where the baseline ended
     cases = gate.run_checks(models, str(out), progress=reporter.step, attribution=attribution, trust=trust,
-                            seeds=seeds, cache=_cache(no_cache), jobs=jobs)
+                            seeds=seeds, cache=_cache(no_cache), jobs=jobs, executor=executor,
+                            ray_address=ray_address)
     if update_baseline:
         gate.write_baseline(cases, baseline)
         print(f"edgekit: wrote the baseline {baseline}", file=sys.stderr)

@@ -14,6 +14,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "executorch": ("torch", "executorch"),
     "onnx": ("torch", "onnx", "onnxscript", "onnxruntime"),
     "tf": ("tensorflow", "tf2onnx"),
+    "ray": ("ray",),  # check --executor ray
 }
 
 # distribution names reported in tool_versions
@@ -29,6 +30,7 @@ DISTRIBUTIONS: dict[str, str] = {
     "ai_edge_quantizer": "ai-edge-quantizer",
     "tensorflow": "tensorflow-cpu",
     "tf2onnx": "tf2onnx",
+    "ray": "ray",
 }
 
 

@@ -44,7 +44,8 @@ class Options:
 
 
 def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attribution: str = "failing",
-               trust=None, seeds: dict | None = None, cache=None, jobs: int = 1) -> list[Case]:
+               trust=None, seeds: dict | None = None, cache=None, jobs: int = 1, executor: str = "local",
+               ray_address: str | None = None) -> list[Case]:
     """Convert (or take the given artifacts) and verify every model × target × precision; judge each case
     against its budgets.
 
@@ -58,16 +59,20 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
 
     options = Options(out_dir, trust, cache is not None)
     todo = units(models, seeds or {}, options)
-    if jobs > 1 and len(todo) > 1:
-        from edgekit.features.check.workers import Pool
+    if executor == "ray" or (jobs > 1 and len(todo) > 1):
+        from edgekit.features.check.workers import pool
 
         size = {m.name: _bytes(m.path) for m in models}
-        with Pool(jobs, progress is not None, max(2 << 30, 8 * max(size.values()))) as pool:
+        with pool(executor, jobs, progress is not None, max(2 << 30, 8 * max(size.values())), ray_address,
+                  options.out_dir) as workers:
             # calibrating units and larger models first: they take longest
-            judged = pool.map(run_unit, [(u, options) for u in todo],
-                              priority=lambda args: (args[0].precision == "int8", size[args[0].model.name]))
+            judged = workers.map(run_unit, [(u, options) for u in todo],
+                                 priority=lambda args: (args[0].precision == "int8", size[args[0].model.name]))
             wanted = _attributions(models, judged, attribution)
-            attributed = pool.map(attribute_case, [(m, c, options, f) for m, c, f in wanted])
+            if executor == "ray":  # here, where the fp32 artifacts of every node were brought back
+                attributed = [attribute_case(m, c, options, f, None, progress) for m, c, f in wanted]
+            else:
+                attributed = workers.map(attribute_case, [(m, c, options, f) for m, c, f in wanted])
     else:
         sources = Sources()  # each model is opened once, for every precision and for attribution
         judged = [run_unit(u, options, sources, progress, cache) for u in todo]

@@ -32,6 +32,19 @@ def available_memory() -> int | None:
     return None
 
 
+def pool(executor: str, jobs: int, show_progress: bool, first_estimate: int, ray_address: str | None = None,
+         out_dir: str | None = None):
+    """The pool of `executor`: "local" (worker processes here) or "ray" (Ray tasks; edgekit[ray])."""
+    if executor == "local":
+        return Pool(jobs, show_progress, first_estimate)
+    from edgekit.core.deps import require
+
+    require("ray", "check --executor ray")
+    from edgekit.features.check.ray_pool import RayPool
+
+    return RayPool(ray_address, jobs, show_progress, first_estimate, out_dir=out_dir)
+
+
 class Pool:
     def __init__(self, jobs: int, show_progress: bool, first_estimate: int = 2 << 30):
         import multiprocessing
