@@ -177,6 +177,7 @@ def request_key(plan) -> dict:
                            "example_inputs": _data_key(options.example_inputs, "the example inputs")
                            if options.example_inputs else None},
         "calibration": ({"data": _data_key(req.calibration.source, "the calibration data"),
+                         "where": req.calibration.source,  # the results name it
                          "samples": req.calibration.samples, "preprocess": req.calibration.preprocess}
                         if plan.calibrated else None),
         "eval": _data_key(req.eval_data, "the eval data") if req.eval_data else None,

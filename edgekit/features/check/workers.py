@@ -42,7 +42,10 @@ def pool(executor: str, jobs: int, show_progress: bool, first_estimate: int, ray
     require("ray", "check --executor ray")
     from edgekit.features.check.ray_pool import RayPool
 
-    return RayPool(ray_address, jobs, show_progress, first_estimate, out_dir=out_dir)
+    # On a cluster, the tasks use the cache folder this process uses (a folder every node mounts shares it).
+    shared = os.environ.get("EDGEKIT_CACHE_DIR") if ray_address else None
+    return RayPool(ray_address, jobs, show_progress, first_estimate, out_dir=out_dir,
+                   runtime_env={"env_vars": {"EDGEKIT_CACHE_DIR": shared}} if shared else None)
 
 
 class Pool:
