@@ -110,3 +110,19 @@ def test_int8_io_ort_from_the_cli_json(tmp_path):
     (x,) = io_params.read(a["path"])["inputs"]
     assert x["name"] == "x" and x["dtype"] == "int8" and 0 < x["scale"] < 0.01
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(f).name for f in a["files"])
+
+
+def test_onnx_and_ort_at_int8_share_one_export_and_one_calibration(tmp_path):
+    """`--target onnx --target ort --int8`: torch → onnx and the ONNX calibration run once, for both."""
+    proc = run_cli("convert", DIGITS, "-t", "onnx", "-t", "ort", "--int8", "--calib", DIGITS_CALIB, "--eval", DIGITS_EVAL,
+                   "-o", tmp_path / "out", "--json", "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("converting torch-export → onnx at fp32") == 1, proc.stderr
+    assert proc.stderr.count("converting onnx → onnx at int8 (onnx_quantize") == 1, proc.stderr
+    assert "ort: reusing the int8 onnx model built for onnx (onnx_quantize)" in proc.stderr
+    onnx, ort = json.loads(proc.stdout)["artifacts"]
+    assert "reused" not in onnx
+    assert ort["route"] == ["torch-export", "onnx", "onnx", "ort"]
+    assert [(r["converter"], r["precision"], r["built_for"]) for r in ort["reused"]] == [
+        ("torch_to_onnx", "fp32", "onnx"), ("onnx_quantize", "int8", "onnx")]
+    assert ort["verification"]["status"] == "pass"

@@ -13,7 +13,8 @@ from edgekit.calibration.sources import CalibrationSpec
 from edgekit.core.errors import ConversionFailed
 from edgekit.engine.graph import Graph
 from edgekit.sources.loading import SourceOptions
-from edgekit.engine.pipeline import ConvertRequest, convert, resolve_targets
+from edgekit.engine.pipeline import ConvertRequest, convert
+from edgekit.engine.plan import resolve_targets
 from edgekit.core.signature import Signature, TensorSpec
 from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL,
                             run_cli)

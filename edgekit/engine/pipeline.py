@@ -1,4 +1,4 @@
-"""The main job as stages: `plan(request) → Plan`, `prepare(plan) → Prepared`, `run(prepared) → ConvertResult`.
+"""The main job as stages: `plan(request) → Plan`, `prepare(plan) → Prepared`, `run(prepared) → results`.
 
 `plan` resolves the targets and their routes and checks, before anything heavy runs, that every
 route can do what was asked. `prepare` opens the source, loads and validates the data and runs
@@ -26,7 +26,8 @@ from edgekit.core.quiet import captured
 from edgekit.core.results import ArtifactResult, ConvertResult
 from edgekit.core.verify import THRESHOLDS, compare
 from edgekit.engine.build import Intermediates, Progress, run_folder, stem_of
-from edgekit.engine.plan import ConvertRequest, Plan, plan, resolve_targets  # noqa: F401  (the stages, re-exported)
+from edgekit.engine.job import TargetJob
+from edgekit.engine.plan import ConvertRequest, Plan, plan
 from edgekit.engine.search import SEARCH_FRACTION
 from edgekit.sources.loading import Source, SourceOptions
 
@@ -116,8 +117,6 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
 
 def run(prepared: Prepared, progress: Progress | None = None, routes=None) -> list[ArtifactResult]:
     """Build, verify and place every route of the plan (or `routes`, a part of it), in order."""
-    from edgekit.engine.job import TargetJob
-
     say = progress or (lambda _msg: None)
     p, req = prepared.plan, prepared.plan.request
     out_dir = Path(req.out_dir)
