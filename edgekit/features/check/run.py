@@ -29,10 +29,6 @@ class Unit:
     seed: dict | None = None  # what the baseline recorded for these targets (a searching int8 unit)
     positions: tuple[int, ...] = ()  # where each target comes in the model's plan at this precision
 
-    @property
-    def name(self) -> str:
-        return f"{self.model.name} {self.precision or 'artifacts'} {'+'.join(self.targets)}".strip()
-
 
 @dataclass(frozen=True)
 class Options:
@@ -53,7 +49,8 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
     `trust`: a SourceOptions whose trust_pickle/trust_model_code come from the command line (never
     from the config, which a pull request may change). `seeds`: case name → the layer overrides a
     baseline recorded, and whether it used a whole-model pass (see `baseline_seeds`); a searching case
-    starts from them. `cache`: an edgekit.engine.cache.ArtifactCache, or None. `jobs`: worker processes.
+    starts from them. `cache`: an edgekit.engine.cache.ArtifactCache, or None. `jobs`: worker processes, or
+    with `executor` "ray" Ray tasks at once (on a new local Ray instance, or the cluster at `ray_address`).
     """
     from edgekit.engine.pipeline import Sources
 
