@@ -25,11 +25,6 @@ TMP_PREFIX = ".edgekit-tmp-"
 Progress = Callable[[str], None]
 
 
-def quantizing_index(route: Route) -> int | None:
-    """The index of the step that turns a float model into an int8 one, or None."""
-    return next((i for i, s in enumerate(route.steps) if s.precision == "int8"), None)
-
-
 @dataclass
 class Intermediates:
     """Every artifact a run has built, by the steps (and spec) that made it. Lives in `folder`."""
@@ -39,7 +34,7 @@ class Intermediates:
 
     def key(self, route: Route, i: int, ctx: ConvertContext) -> tuple:
         steps = tuple((s.converter.name, s.precision) for s in route.steps[: i + 1])
-        q = quantizing_index(route)
+        q = route.quantizing
         return (route.source_format, steps, ctx.spec if q is not None and q <= i else None)
 
 
@@ -49,7 +44,7 @@ def build(route: Route, ctx: ConvertContext, stem: str, say: Progress, shared: I
     (the run's intermediates; by default new ones in ctx.work_dir). A step `shared` already holds is
     reused, said in the progress and recorded in the artifact's meta "reused"."""
     shared = shared if shared is not None else Intermediates(ctx.work_dir)
-    q = quantizing_index(route)
+    q = route.quantizing
     artifact = ctx.source.artifact.evolve(meta={"route": [ctx.source.artifact.format]})
     reused: list[dict] = []
     for i, step in enumerate(route.steps):

@@ -28,6 +28,15 @@ class Route:
         return sum(s.converter.cost for s in self.steps)
 
     @property
+    def quantizing(self) -> int | None:
+        """The index of the step that turns the float model into an int8 one, or None."""
+        return next((i for i, s in enumerate(self.steps) if s.precision == "int8"), None)
+
+    @property
+    def quantizing_step(self) -> Step | None:
+        return None if self.quantizing is None else self.steps[self.quantizing]
+
+    @property
     def formats(self) -> list[str]:
         return [self.source_format] + [s.converter.target for s in self.steps]
 

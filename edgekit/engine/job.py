@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgekit.core.artifact import ModelArtifact
-from edgekit.engine.build import Intermediates, Progress, build, place, quantizing_index
+from edgekit.engine.build import Intermediates, Progress, build, place
 from edgekit.calibration.data import SampleSet
 from edgekit.calibration.methods import AUTO
 from edgekit.core.errors import ConversionFailed
@@ -54,8 +54,7 @@ class TargetJob:
     def run(self, target, route: Route, samples: SampleSet, reference: list) -> ArtifactResult:
         tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=self.work))
         try:
-            q = quantizing_index(route)
-            step = route.steps[q] if q is not None else None
+            step = route.quantizing_step
             calibration = None
             if step is None:
                 artifact = self._route(target, route, tmp, self.req.spec("minmax"))

@@ -107,7 +107,7 @@ def plan(req: ConvertRequest) -> Plan:
         warnings += [f"--target all: skipped {name}: {why}" for name, why in left_out]
         if not routes:
             raise BadInput("no target can do what was asked: " + "; ".join(f"{n}: {w}" for n, w in left_out))
-    calibrated = any(quantizing_step(r) for _, r in routes)
+    calibrated = any(r.quantizing_step for _, r in routes)
     if calibrated:
         check_supported(routes, req.calib_method, req.spec(req.calib_method))
         if req.calibration is None:
@@ -115,11 +115,6 @@ def plan(req: ConvertRequest) -> Plan:
                            fix="pass --calib data.npz (a folder of .npy or images, or module:function); "
                                "--calib random works but is not representative")
     return Plan(req, source_format, tuple(routes), calibrated, thresholds, tuple(warnings))
-
-
-def quantizing_step(plan):
-    """The step of a plan that turns a float model into a calibrated int8 one (or None)."""
-    return next((s for s in plan.steps if s.precision == "int8"), None)
 
 
 def _targets_where(has) -> list[str]:
@@ -151,7 +146,7 @@ def split_supported(plans, method: str, spec) -> tuple[list, list[tuple[str, str
     QuantSpec), [(target, why not)])."""
     kept, left_out = [], []
     for target, plan in plans:
-        step = quantizing_step(plan)
+        step = plan.quantizing_step
         lack = _lacks(step.converter, method, spec) if step is not None else None
         if lack == "method":
             left_out.append((target.name, f"no '{method}' calibration (it has {', '.join(step.converter.methods)})"))
@@ -173,7 +168,7 @@ def check_supported(plans, method: str, spec) -> None:
     from edgekit.core.quant import check_expressible
 
     for target, plan in plans:
-        step = quantizing_step(plan)
+        step = plan.quantizing_step
         lack = _lacks(step.converter, method, spec) if step is not None else None
         if lack == "method":
             having = _targets_where(lambda c: method in c.methods)

@@ -1,24 +1,6 @@
-"""Per-layer drift attribution: which layers of a quantized artifact lose the most signal.
-
-Each backend traces the quantized model and its float counterpart on the same inputs and reports,
-for every op of the quantized model, its output tensor, its activation inputs, and the SQNR of
-that output against the float model (float vs. dequantized):
-
-    tflite  the LiteRT interpreter with every intermediate tensor kept, against the fp32 .tflite
-            litert-torch makes from the same source (ops aligned in execution order)
-    onnx    onnxruntime's QDQ debugging (qdq_loss_debug): activations matched by tensor name
-            against the fp32 .onnx the int8 model was quantized from, plus each weight's SQNR
-    pte     the PT2E-quantized graph the .pte is lowered from, node by node against the float
-            exported program (XNNPACK runs the .pte as one delegate call, with no intermediates)
-
-SQNR accumulates along the graph: every layer after a bad one looks bad too. So layers are ranked
-by the SQNR they lose themselves — the worst SQNR among their inputs minus the SQNR of their
-output — and the layer that breaks a model comes first. The model's inputs count as layers too
-(their quantization, against the float input). No layer is credited with input quality above
-INPUT_CAP_DB: 8-bit quantization keeps about 50 dB at best, and a float input (exact, 140 dB)
-would otherwise make the first layer look like the worst. Names are the source model's module paths
-where the backend keeps them (features.2), else the backend's own op names.
-"""
+"""Per-layer drift attribution on demand (`edgekit layers`, failing `check` cases): open the source and
+the data, and rank the layers of an int8 artifact by the SQNR each one loses — how each backend is
+traced and how layers are ranked is in edgekit.engine.layers and edgekit.core.drift."""
 
 from __future__ import annotations
 
