@@ -68,12 +68,15 @@ def test_the_example_config_passes_with_junit_and_markdown(tmp_path):
 
 def test_check_opens_each_source_model_once(tmp_path, monkeypatch):
     """Two precisions and the attribution of both int8 cases share one opened model and one reference run."""
+    import edgekit.engine.pipeline
+    import edgekit.features.attribution
     import edgekit.sources.loading
     from edgekit.features.check import run_checks
 
     opened = []
     real_open = edgekit.sources.loading.open_source
-    monkeypatch.setattr(edgekit.sources.loading, "open_source", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
+    for caller in (edgekit.engine.pipeline, edgekit.features.attribution):  # where open_source is called from
+        monkeypatch.setattr(caller, "open_source", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
     lines = []
     cases = run_checks(load_config(EXAMPLE), str(tmp_path / "out"), progress=lines.append, attribution="all")
     assert [c.status for c in cases] == ["pass"] * 4

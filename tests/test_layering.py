@@ -10,11 +10,18 @@ Layers, lowest first (edgekit/<folder>):
   features     check, report, attribution
   cli          the command line
 `edgekit/__init__.py` (the Python API) may use any layer. Imports inside functions count too.
+
+Where imports go: a framework (FRAMEWORKS below, each with why) only inside the functions that need it,
+never at a module's top, so that `import edgekit` and the light commands never load one; everything else
+(the standard library, numpy, rich, diskcache, edgekit's own modules) at the module's top. The
+exceptions: edgekit/cli/app.py, whose commands import edgekit's modules when they run (its docstring
+says why), and an import whose line says why it stays in its function (`# local: <reason>`).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -102,3 +109,103 @@ def test_engine_modules_stay_small():
     big = {m: n for m, p in MODULES.items() if _layer(m) == LAYERS.index("engine")
            and (n := len(p.read_text().splitlines())) > 320}
     assert big == {}, f"engine modules over ~300 lines: {big}"
+
+
+# Frameworks, and the helpers that come with them rather than with edgekit: imported only inside the
+# functions that need them, never at a module's top. Why each stays off the import path (import times
+# measured here, on 2 CPUs under load, in a fresh process):
+FRAMEWORKS = {
+    "torch": "~3.5 s to import; needed only to open, export, quantize or run a PyTorch model",
+    "torchao": "the PT2E quantization API; imports torch (~7 s in all); needed only to quantize a torch model",
+    "tensorflow": "~12 s to import; needed only to open, check or convert a SavedModel or Keras source",
+    "keras": "imports TensorFlow (~9 s); needed only to open a .keras/.h5 source",
+    "onnx": "~1.8 s to import; needed only to export, read, quantize, trace or inspect an ONNX model",
+    "onnxruntime": "edgekit[onnx], ~0.3 s and more with its tools; needed only to run, quantize or convert ONNX",
+    "executorch": "imports torch and, through executorch.exir, its compiler (~11 s); needed only to lower, "
+                  "run or inspect a .pte (the runtime worker loads the runtime alone)",
+    "litert_torch": "imports torch and TensorFlow (~11 s); needed only to convert torch → .tflite",
+    "ai_edge_litert": "edgekit[tflite], ~0.3 s; the LiteRT interpreter, needed only to run or trace a .tflite",
+    "ai_edge_quantizer": "~2 s to import; needed only to give the float leftovers of an int8 .tflite int8 weights",
+    "ray": "edgekit[ray], ~1 s to import; needed only by `check --executor ray`",
+    "flatbuffers": "comes with the runtimes, not with edgekit; needed only to rewrite an .ort's flatbuffer",
+    "h5py": "comes with Keras, not with edgekit; needed only to read a Keras .h5 file's config for the safety check",
+    "google": "protobuf, comes with TensorFlow and ONNX, not with edgekit; needed only to parse a SavedModel "
+              "for the safety check",
+    "ort_flatbuffers_py": "onnxruntime's .ort schema (put on sys.path from its tools folder); needed only to read "
+                          "or rewrite an .ort",
+    "PIL": "Pillow; needed only to read a folder of images as calibration data",
+}
+CLI_APP = "edgekit.cli.app"  # its commands import edgekit's modules when they run: see its docstring
+LOCAL_MARKER = re.compile(r"#\s*local:\s*\S")
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _run_imports(path: Path) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """(import statement, inside a function) for every import of the module that runs (those under
+    `if TYPE_CHECKING:` never do)."""
+    found = []
+
+    def visit(node, local: bool):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child.test):
+                for other in child.orelse:
+                    visit(ast.Module(body=[other], type_ignores=[]), local)
+            elif isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append((child, local))
+            else:
+                visit(child, local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(path.read_text()), False)
+    return found
+
+
+def _top_names(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The top-level packages a statement imports ("edgekit" for a relative import)."""
+    if isinstance(node, ast.ImportFrom):
+        return ["edgekit" if node.level else (node.module or "").split(".")[0]]
+    return [a.name.split(".")[0] for a in node.names]
+
+
+def _where(name: str, node: ast.AST, lines: list[str]) -> str:
+    return f"{MODULES[name].relative_to(ROOT.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}"
+
+
+def test_frameworks_are_imported_only_inside_functions():
+    """`import edgekit`, `edgekit --help` and the light commands load no framework: none at a module's top."""
+    found = []
+    for name, path in sorted(MODULES.items()):
+        lines = path.read_text().splitlines()
+        found += [_where(name, node, lines) for node, local in _run_imports(path)
+                  if not local and any(top in FRAMEWORKS for top in _top_names(node))]
+    assert found == [], "frameworks imported at a module's top (import them inside the functions that need them):\n" \
+        + "\n".join(found)
+
+
+def test_function_local_imports_are_frameworks_or_say_why():
+    """Inside a function: a framework, an edgekit module in the command line's commands, or a line that says
+    why with `# local: <reason>`. Everything else goes at the module's top."""
+    found = []
+    for name, path in sorted(MODULES.items()):
+        lines = path.read_text().splitlines()
+        for node, local in _run_imports(path):
+            if not local or all(top in FRAMEWORKS for top in _top_names(node)):
+                continue
+            if name == CLI_APP and all(top == "edgekit" for top in _top_names(node)):
+                continue
+            if any(LOCAL_MARKER.search(lines[i]) for i in range(node.lineno - 1, node.end_lineno)):
+                continue
+            found.append(_where(name, node, lines))
+    assert found == [], ("imports inside functions that are no framework (FRAMEWORKS) and say no reason: move "
+                         "them to the module's top, or end the line with `# local: <why>`:\n" + "\n".join(found))
+
+
+def test_every_framework_in_the_table_is_imported_somewhere():
+    """The table stays true: each entry is a package edgekit imports (lazily)."""
+    imported = {top for path in MODULES.values() for node, local in _run_imports(path) if local
+                for top in _top_names(node)}
+    unused = sorted(set(FRAMEWORKS) - imported)
+    assert unused == [], f"FRAMEWORKS lists packages edgekit no longer imports: {unused}"

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 FLOAT = "_edgekit_float"
 MAX_SAMPLES = 32  # as edgekit.calibration.bias_correction
 
@@ -20,7 +22,6 @@ MAX_SAMPLES = 32  # as edgekit.calibration.bias_correction
 def correct(quantized: Path, float_model: Path, feeds, work_dir: Path) -> None:
     """Correct the biases of `quantized` (a QDQ model quantized from `float_model`) in place, from the
     calibration `feeds` (an iterable of {input name: array}; the first MAX_SAMPLES are used)."""
-    import numpy as np
     import onnx
     import onnxruntime as ort
     from onnx import helper, numpy_helper

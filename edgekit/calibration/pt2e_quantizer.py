@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgekit.calibration.methods import mixed_scale
+from edgekit.core.quant import unknown_layers
 
 _CLAMPS = ("hardtanh.default", "hardtanh_.default")
 _CLAMP_PRODUCERS = ("conv1d.default", "conv2d.default", "convolution.default", "linear.default", "add.Tensor")
@@ -387,8 +388,6 @@ def _layer_nodes(model, layers: tuple[str, ...]) -> list:
     """The annotated nodes that make up each named layer: the nodes traced from that module, with
     the nodes they are fused with (a conv with its BatchNorm and clamp: a unit whose inner outputs
     are not quantized), so that keeping a layer float keeps the whole unit float."""
-    from edgekit.core.quant import unknown_layers
-
     if not layers:
         return []
     by_layer: dict[str, list] = {}

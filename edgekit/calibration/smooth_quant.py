@@ -19,10 +19,13 @@ Two forms, one rule:
 
 from __future__ import annotations
 
+import operator
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
+
+from edgekit.calibration.pt2e_quantizer import _name
 
 ALPHA = 0.7  # measured on MiniLM-L6 on every target (README): 0.5, the paper's default, and 0.85 gain less
 SAMPLES = 32
@@ -44,8 +47,6 @@ def applies(source) -> bool:
     models, whose tflite route has no SmoothQuant."""
     exported = getattr(source, "exported", None)
     if exported is not None:
-        from edgekit.calibration.pt2e_quantizer import _name
-
         return any(_name(n) in _NORMS and any(_name(u) == "linear.default" and u.args[0] is n for u in n.users)
                    for n in exported().graph.nodes)
     if source.artifact.format == "onnx":
@@ -64,8 +65,6 @@ _NORMS = ("layer_norm.default", "native_layer_norm.default", "rms_norm.default")
 
 def pt2e_groups(module) -> dict:
     """{normalization node: [linear nodes reading it with a weight attribute]} of a GraphModule."""
-    from edgekit.calibration.pt2e_quantizer import _name
-
     groups = {}
     for node in module.graph.nodes:
         if _name(node) not in _NORMS:
@@ -81,8 +80,6 @@ def smooth_pt2e(module, samples) -> list[str]:
     """Smooth the linears that read a normalization in `module` (in place; weights replaced, never
     written into: the module shares its tensors with the exported program). `samples` yields argument
     lists. Returns the names of the inserted Mul nodes (the quantizer keeps them float)."""
-    import operator
-
     import torch
 
     groups = pt2e_groups(module)

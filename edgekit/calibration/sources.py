@@ -15,6 +15,7 @@ from edgekit.calibration.data import SampleSet, load_samples, random_samples, va
 from edgekit.core.errors import BadInput, reading
 from edgekit.core.formats import IMPORT_SPEC
 from edgekit.core.signature import Signature
+from edgekit.sources.loading import call_user, import_spec
 
 MIN_SAMPLES = 10
 RANDOM_DEFAULT = 100
@@ -193,8 +194,6 @@ def _from_images(files: list[Path], signature: Signature, prep: ImagePreprocess,
 
 
 def _from_function(spec: str, signature: Signature, project: str | None = None) -> SampleSet:
-    from edgekit.sources.loading import call_user, import_spec
-
     fn = import_spec(spec, "calibration function", project)
     items = call_user(lambda: list(fn() if callable(fn) else fn), f"calibration function {spec}")
     names = signature.input_names

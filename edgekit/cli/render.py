@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from edgekit.core.quant import PASSES
+from edgekit.targets import TARGETS
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skipped": "yellow"}
 
@@ -47,8 +48,6 @@ def _fmt(v, digits: int = 6) -> str:
 
 def _target_label(name: str) -> str:
     """The target's name, marked "(legacy)" for a legacy format such as ptl."""
-    from edgekit.targets import TARGETS
-
     t = TARGETS.get(name)
     return f"{name} (legacy)" if t is not None and t.legacy else name
 

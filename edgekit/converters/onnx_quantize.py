@@ -15,12 +15,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
+from edgekit.calibration import onnx_bias_correction, smooth_quant
 from edgekit.core import io_params
 from edgekit.core.artifact import ModelArtifact
 from edgekit.calibration.methods import mixed_scale
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.core.formats import onnx_files
 from edgekit.converters.base import ConvertContext, Converter
+from edgekit.core.quant import unknown_layers
+from edgekit.targets.onnx_layers import layer_name
 
 ENTROPY_BINS = 2048  # quantize_static's default (128) leaves entropy a single candidate: MinMax
 
@@ -75,8 +80,6 @@ class OnnxQuantize(Converter):
         reader = _Reader(ctx.calibration, _graph_inputs(prepared, src))
         smoothed = []
         if ctx.spec.smooth_quant:
-            from edgekit.calibration import smooth_quant
-
             smoothed = smooth_quant.smooth_onnx(prepared, prepared, iter(reader.get_next, None))
             reader.rewind()
         # Calibrate first, so that the ranges can decide what stays float, then quantize with them.
@@ -108,8 +111,6 @@ class OnnxQuantize(Converter):
         if int16:
             _keep_metadata(prepared, out_path)
         if spec.bias_correction:
-            from edgekit.calibration import onnx_bias_correction
-
             reader.rewind()
             onnx_bias_correction.correct(out_path, prepared, iter(reader.get_next, None), ctx.work_dir)
         import onnx
@@ -124,9 +125,6 @@ def layer_nodes(model: Path, layers: tuple[str, ...]) -> dict[str, list]:
     """The nodes of each named layer, named as `edgekit layers` names them (the module path the
     exporter recorded, else the module of the node's weight, else the node's name)."""
     import onnx
-
-    from edgekit.core.quant import unknown_layers
-    from edgekit.targets.onnx_layers import layer_name
 
     if not layers:
         return {}
@@ -218,7 +216,6 @@ def _pre_process(model: Path, prepared: Path, work_dir: Path) -> None:
 
 def mixed_scale_concats(model: Path, ranges) -> list[str]:
     """Names of the Concat nodes whose inputs span very different ranges (from calibration)."""
-    import numpy as np
     import onnx
     from onnx import numpy_helper
 
@@ -302,7 +299,6 @@ def int8_weights_only(graph, keep: set[str] = frozenset()) -> None:
     int8, per output channel or row, behind a DequantizeLinear: int8 in the file, float
     arithmetic at run time. The nodes named in `keep` (layers the spec keeps float) keep float
     weights. Changes `graph` (an ONNX GraphProto) in place."""
-    import numpy as np
     from onnx import helper, numpy_helper
 
     inits = {i.name: i for i in graph.initializer}
@@ -347,7 +343,6 @@ def float_weights_stay_float(graph) -> None:
     only matches a per-tensor DequantizeLinear, so the node's input is dequantized per channel (axis 1)
     with the same scale and zero point repeated: the same values, a form it leaves alone. Changes
     `graph` (an ONNX GraphProto) in place."""
-    import numpy as np
     import onnx
     from onnx import helper, numpy_helper
 

@@ -40,13 +40,15 @@ import io
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from edgekit.core import io_params
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.errors import ConversionFailed
-from edgekit.core.formats import ORT_CONFIG_SUFFIX
+from edgekit.core.formats import ORT_CONFIG_SUFFIX, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
+from edgekit.targets.ort_inspect import _fbs
 
 
 OPTIMIZATION_STYLE = "Fixed"
@@ -100,8 +102,6 @@ def _tool_input(src: ModelArtifact, folder: Path) -> Path:
     The tool ignores files named *.optimized.onnx (its own by-products); such a model is linked into
     a private folder as model.onnx, its external-data files at the same relative places.
     """
-    from edgekit.core.formats import onnx_files
-
     model = Path(src.path)
     if not model.name.lower().endswith(".optimized.onnx"):
         return model
@@ -177,8 +177,6 @@ def canonical_ort(data: bytes) -> bytes | None:
     root pointing at both.
     """
     import flatbuffers
-
-    from edgekit.targets.ort_inspect import _fbs
 
     fbs = _fbs()
     buf = bytearray(data)
@@ -366,8 +364,6 @@ def mobile_package(model: Path, config: Path) -> dict:
 
 def _usability(model: Path) -> dict:
     """ONNX Runtime's usability checker, as `analyze_model` runs it, kept as data instead of log lines."""
-    import tempfile
-
     from onnxruntime.tools.mobile_helpers import usability_checker as uc
     from onnxruntime.tools.onnx_model_utils import ModelProtoWithShapeInfo, optimize_model
 

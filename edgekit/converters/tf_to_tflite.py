@@ -8,6 +8,8 @@ import numpy as np
 
 from edgekit.core.artifact import ModelArtifact
 from edgekit.converters.base import ConvertContext, Converter
+from edgekit.core.drift import keras_layer
+from edgekit.core.quant import unknown_layers
 
 
 class TfToTflite(Converter):
@@ -59,9 +61,6 @@ def _with_float_layers(converter, ctx, src) -> bytes:
     debugger: its `denylisted_nodes` are the names of the ops' output tensors, read here from the
     float model and matched to Keras layers as `edgekit layers` names them."""
     import tensorflow as tf
-
-    from edgekit.core.drift import keras_layer
-    from edgekit.core.quant import unknown_layers
 
     layers = set(ctx.spec.layers("float"))
     float_model = tf.lite.TFLiteConverter.from_saved_model(ctx.source.saved_model(ctx.work_dir)).convert()

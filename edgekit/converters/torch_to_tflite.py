@@ -6,6 +6,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
+from edgekit.calibration.tflite_io import float_io
 from edgekit.core.artifact import ModelArtifact
 from edgekit.calibration import pt2e
 from edgekit.converters.base import ConvertContext, Converter
@@ -57,8 +58,6 @@ class TorchToTflite(Converter):
             raw = ctx.work_dir / f"{out_path.stem}.pt2e.tflite"
             model.export(str(raw))
             if not dynamic and not ctx.spec.int8_io:
-                from edgekit.calibration.tflite_io import float_io
-
                 float_io(raw, raw)  # static int8 comes out with integer I/O
             _int8_float_leftovers(raw, out_path)
             raw.unlink()

@@ -186,6 +186,7 @@ def onnx_files(path: Path) -> tuple[str, ...]:
 
 
 ORT_CONFIG_SUFFIX = ".required_operators.config"  # written beside an .ort: the operators it needs
+IO_SIDECAR_SUFFIX = ".io.json"  # <artifact>.io.json: the integer I/O parameters (edgekit.core.io_params)
 NAME_PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")  # as edgekit names files: <stem>.<precision>.<ext>
 
 
@@ -202,10 +203,8 @@ def artifact_files(fmt: str, path: str | Path) -> tuple[str, ...]:
 def side_file_names(fmt: str, path: str | Path) -> tuple[str, ...]:
     """The names of the side files edgekit writes beside an artifact at `path` (present or not); an ONNX
     model's external data is named by the model itself (`onnx_files`)."""
-    from edgekit.core import io_params
-
     path = Path(path)
-    return ((path.stem + ORT_CONFIG_SUFFIX,) if fmt == "ort" else ()) + (io_params.sidecar(path).name,)
+    return ((path.stem + ORT_CONFIG_SUFFIX,) if fmt == "ort" else ()) + (path.name + IO_SIDECAR_SUFFIX,)
 
 
 def split_name(path: Path) -> tuple[str, str | None]:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-SUFFIX = ".io.json"
+from edgekit.core.errors import BadInput, reading
+from edgekit.core.formats import IO_SIDECAR_SUFFIX as SUFFIX
+
 INTEGER_DTYPES = ("int8", "uint8", "int16")
 
 
@@ -32,8 +34,6 @@ def write(artifact_path: str | Path, inputs: list[dict | None], outputs: list[di
 
 def read(artifact_path: str | Path) -> dict | None:
     """The sidecar of `artifact_path`, or None; a damaged one is a BadInput naming it."""
-    from edgekit.core.errors import BadInput, reading
-
     path = sidecar(artifact_path)
     if not path.is_file():
         return None

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import sys
+import threading
 import time
 
 
 def die_with_parent() -> None:
     """Make this child process exit when the edgekit process that started it dies, even by SIGKILL:
     the kernel's parent-death signal on Linux, and a thread watching the parent id everywhere."""
-    import threading
-
     parent = os.getppid()
     if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
         try:
             ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):

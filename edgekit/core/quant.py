@@ -13,6 +13,7 @@ Budgets (`--budget cosine=0.995`) are the metric values an accuracy-aware int8 c
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import product
 
 from edgekit.core.errors import BadInput
 
@@ -70,8 +71,6 @@ class QuantSpec:
 def auto_specs(base: QuantSpec, methods, passes) -> list[QuantSpec]:
     """`--calib-method auto`'s candidates: every method, each with every combination of the whole-model
     `passes` (PASSES names) that `base` does not already turn on, the passes off first."""
-    from itertools import product
-
     free = [p for p in passes if not getattr(base, p)]
     return [replace(base, method=method, **dict(zip(free, on)))
             for method, *on in product(methods, *([False, True] for _ in free))]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 from typing import Iterator
@@ -63,8 +64,6 @@ def private_dir(parent, prefix: str) -> str:
 
 def sweep(parent, prefix: str) -> None:
     """Remove the `<prefix><pid>-*` folders in `parent` whose process no longer exists."""
-    import shutil
-
     try:
         names = os.listdir(parent)
     except OSError:
@@ -90,8 +89,6 @@ def private_temp() -> Iterator[str]:
     """A private folder in the system's temporary folder for the libraries called inside the block
     (onnxruntime's session file, torch's compile cache), removed at the end: a command without --out
     leaves nothing behind either."""
-    import shutil
-
     folder = private_dir(tempfile.gettempdir(), "edgekit-")
     try:
         with temp_files_in(folder):

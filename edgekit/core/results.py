@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.artifact import ModelArtifact
+from edgekit.core.signature import Signature
 from edgekit.core.verify import Verdict
 
 SCHEMA = "edgekit.convert/1"
@@ -54,8 +55,6 @@ class ArtifactResult:
     @classmethod
     def restored(cls, d: dict, folder: Path) -> "ArtifactResult":
         """The result `stored` kept, its files in `folder`."""
-        from edgekit.core.signature import Signature
-
         artifact = ModelArtifact(d["format"], str(folder / d["main"]), Signature.from_json(d["signature"]),
                                  d["precision"], files=tuple(str(folder / n) for n in d["files"]), meta=d["meta"])
         return cls(d["target"], artifact, Verdict.from_json(d["verdict"]), d["bytes"], d["sha256"])

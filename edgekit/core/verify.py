@@ -8,6 +8,8 @@ from typing import Callable
 
 import numpy as np
 
+from edgekit.core.errors import BadInput
+
 Metric = Callable[[np.ndarray, np.ndarray], "float | None"]
 METRICS: dict[str, Metric] = {}
 # For each metric, whether a larger value is better (thresholds are minimums) or worse (maximums).
@@ -247,8 +249,6 @@ def _accuracy(scores: np.ndarray, labels: np.ndarray) -> float:
 
 def parse_thresholds(items: list[str] | tuple[str, ...]) -> dict[str, float]:
     """`--threshold cosine=0.999` → {"cosine": 0.999}, checked against the metric registry."""
-    from edgekit.core.errors import BadInput
-
     out = {}
     for item in items:
         key, sep, value = item.partition("=")

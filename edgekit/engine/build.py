@@ -8,6 +8,7 @@ candidate. `Intermediates` keeps every step's output of the run, keyed by the st
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 from contextlib import contextmanager
@@ -15,11 +16,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from edgekit.core.artifact import ModelArtifact
+from edgekit.core.artifact import ModelArtifact, sha256_files
 from edgekit.core.errors import BadInput
+from edgekit.core.formats import onnx_files, side_file_names
 from edgekit.engine.graph import Route
 from edgekit.core.quiet import captured, private_dir, temp_files_in
 from edgekit.converters.base import ConvertContext
+from edgekit.targets import by_format
 
 TMP_PREFIX = ".edgekit-tmp-"
 Progress = Callable[[str], None]
@@ -56,8 +59,6 @@ def build(route: Route, ctx: ConvertContext, stem: str, say: Progress, shared: I
                            "built_for": built_for})
             say(f"reusing the {step.precision} {conv.target} model built for {built_for} ({conv.name})")
             continue
-        from edgekit.targets import by_format
-
         folder = shared.folder / f"i{len(shared.built)}"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{stem}{'' if step.precision == 'fp32' else '.' + step.precision}{by_format(conv.target).extension}"
@@ -106,8 +107,6 @@ def place(artifact: ModelArtifact, out_dir: Path, staging: Path) -> ModelArtifac
     external data the earlier model names) are removed, and the files are renamed into place, the
     model file last.
     """
-    from edgekit.core.formats import onnx_files, side_file_names
-
     main = Path(artifact.path).name
     names = [Path(f).name for f in artifact.files]
     staged = Path(private_dir(staging, "place-"))
@@ -136,16 +135,12 @@ def place(artifact: ModelArtifact, out_dir: Path, staging: Path) -> ModelArtifac
 
 def _same_file(a: Path, b: Path) -> bool:
     """Whether two files hold the same bytes (then they name the same external data)."""
-    from edgekit.core.artifact import sha256_files
-
     return a.stat().st_size == b.stat().st_size and sha256_files([a]) == sha256_files([b])
 
 
 @contextmanager
 def _locked(folder: Path):
     """An exclusive lock on `folder` among edgekit processes (flock on the directory; no lock file)."""
-    import fcntl
-
     fd = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

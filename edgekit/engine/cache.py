@@ -16,6 +16,7 @@ $EDGEKIT_CACHE_SIZE bytes (default 2 GiB; suffixes K, M, G).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -23,9 +24,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import diskcache
+
+import edgekit
 from edgekit.core.artifact import ModelArtifact, sha256_files
+from edgekit.core.deps import DISTRIBUTIONS, versions
 from edgekit.core.errors import BadInput
+from edgekit.core.formats import artifact_files, detect
 from edgekit.core.results import ArtifactResult
+from edgekit.core.signature import Signature
+from edgekit.engine.build import place
 
 DEFAULT_SIZE = 2 << 30
 KEY_SCHEMA = 1
@@ -75,8 +83,6 @@ class ArtifactCache:
     @property
     def store(self):
         if self._store is None:
-            import diskcache
-
             try:
                 self._store = diskcache.Cache(str(self.folder), size_limit=self.limit,
                                               eviction_policy="least-recently-used")
@@ -132,8 +138,6 @@ class ArtifactCache:
     def place(self, hit: Hit, out_dir: Path, staging: Path) -> ArtifactResult | None:
         """The cached artifact placed in `out_dir`, or None when its files no longer match (the entry is
         dropped and the target is converted again)."""
-        from edgekit.engine.build import place
-
         folder = staging / hit.key[:16]
         folder.mkdir(parents=True, exist_ok=True)
         for name in hit.result["files"]:
@@ -164,8 +168,6 @@ class ArtifactCache:
 
 def request_key(plan) -> dict:
     """Everything a plan's results depend on but its targets and routes, as JSON-able data."""
-    from edgekit.core.deps import DISTRIBUTIONS, versions
-
     req, options = plan.request, plan.request.source_options
     if options.model_class:
         raise Uncacheable(f"the model is built by code (--model-class {options.model_class})")
@@ -194,8 +196,6 @@ def _data_key(location: str, what: str) -> str:
     if location == "random":
         return "random"
     if path.is_file():
-        from edgekit.core.formats import artifact_files, detect
-
         try:
             files = artifact_files(detect(path), path) if path.suffix.lower() == ".onnx" else (str(path),)
         except Exception:  # what edgekit cannot read is not cached; the run itself says what is wrong
@@ -213,10 +213,6 @@ def _data_key(location: str, what: str) -> str:
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """A hash of edgekit's own modules (but the command line's): a changed converter or metric is a different key."""
-    import importlib.util
-
-    import edgekit
-
     roots = [Path(edgekit.__file__).parent]
     for sub in ("converters", "calibration", "targets"):
         spec = importlib.util.find_spec(f"edgekit.{sub}")
@@ -233,6 +229,4 @@ def _digest(data: dict) -> str:
 
 
 def _source(plan, stored: dict) -> ModelArtifact:
-    from edgekit.core.signature import Signature
-
     return ModelArtifact(stored["format"], plan.request.source, Signature.from_json(stored["signature"]))

@@ -11,12 +11,15 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edgekit.calibration import smooth_quant
 from edgekit.core.artifact import ModelArtifact
 from edgekit.engine.build import Intermediates, Progress, build, place
 from edgekit.calibration.data import SampleSet
 from edgekit.calibration.methods import AUTO
 from edgekit.core.errors import ConversionFailed
 from edgekit.engine.graph import Route
+from edgekit.engine.layers import SAMPLES, float_reference, rank_layers
+from edgekit.engine.search import Measurement, Search
 from edgekit.sources.loading import Source
 from edgekit.core.quant import PASSES, QuantSpec, auto_specs
 from edgekit.core.quiet import captured
@@ -93,9 +96,6 @@ class TargetJob:
 
     def _search(self, target, route: Route, step, tmp: Path, spec: QuantSpec, first: ModelArtifact | None):
         """Accuracy-aware int8 (edgekit.engine.search): (the artifact, its spec, the search's record)."""
-        from edgekit.engine.layers import SAMPLES, float_reference, rank_layers
-        from edgekit.engine.search import Measurement, Search
-
         held_out, held_ref = self.selection
         say = lambda msg: self.say(f"{target.name}: {msg}")  # noqa: E731
 
@@ -134,8 +134,6 @@ class TargetJob:
 
     @cached_property
     def _smoothable(self) -> bool:
-        from edgekit.calibration import smooth_quant
-
         return smooth_quant.applies(self.source)
 
     def _auto(self, target, route: Route, step, tmp: Path) -> tuple[ModelArtifact, QuantSpec, dict]:

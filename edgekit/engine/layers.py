@@ -4,7 +4,16 @@ named after the source model's layers."""
 
 from __future__ import annotations
 
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from edgekit.converters.base import ConvertContext
 from edgekit.core.drift import LayerDrift, from_json, keras_layer, module_path_from_location
+from edgekit.engine.build import build
+from edgekit.engine.graph import Graph
+from edgekit.engine.pte_layers import trace
+from edgekit.engine.runners import trace_layers_isolated
 
 SAMPLES = 32  # samples traced: every intermediate tensor of every sample is read
 
@@ -15,13 +24,7 @@ def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibratio
     ranked on `inputs` (see `attribute`). For .pte, the PT2E model is rebuilt from `calibration` (a
     SampleSet) and `spec` (a QuantSpec: method and overrides); for the other formats the float
     reference is `float_path`, or one converted here (`float_reference`)."""
-    import tempfile
-
-    from edgekit.engine.runners import trace_layers_isolated
-
     if fmt == "pte":
-        from edgekit.engine.pte_layers import trace
-
         return trace(model, calibration, spec, inputs)
     with tempfile.TemporaryDirectory(prefix="edgekit-float-") as tmp:
         float_path = float_path or float_reference(model, fmt, tmp, say)
@@ -32,12 +35,6 @@ def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibratio
 def float_reference(model, fmt: str, folder, say=lambda _msg: None) -> str:
     """The fp32 artifact of format `fmt` that per-layer drift is measured against: the source itself
     when it is already that format, else one converted into `folder` by the same route."""
-    from pathlib import Path
-
-    from edgekit.engine.graph import Graph
-    from edgekit.engine.build import build
-    from edgekit.converters.base import ConvertContext
-
     if model.artifact.format == fmt:  # an .onnx source: it is the float model
         return model.artifact.path
     plan = Graph().route(model.artifact.format, fmt, "fp32")
@@ -84,8 +81,6 @@ def _class_name(cls) -> str:
 
 def _renamed(layers: list[LayerDrift], names: dict[str, str]) -> list[LayerDrift]:
     """Backend names → the source's layer names where they can be told."""
-    from dataclasses import replace
-
     if not names:
         return layers
     out = []

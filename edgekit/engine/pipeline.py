@@ -11,6 +11,8 @@ artifact cache (edgekit.engine.cache) in front of `prepare`.
 
 from __future__ import annotations
 
+import hashlib
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,18 +20,23 @@ from typing import Callable
 
 import numpy as np
 
-from edgekit.calibration.data import SampleSet
+from edgekit.calibration.data import SampleSet, load_samples, random_samples
 from edgekit.calibration.methods import AUTO, HOLDOUT_FRACTION
+from edgekit.calibration.sources import load_calibration
 from edgekit.core.artifact import ModelArtifact
-from edgekit.core.errors import BadInput, ConversionFailed
+from edgekit.core.errors import BadInput, ConversionFailed, reading
+from edgekit.core.formats import artifact_files, detect, split_name
 from edgekit.core.quiet import captured
 from edgekit.core.results import ArtifactResult, ConvertResult
 from edgekit.core.verify import THRESHOLDS, compare
 from edgekit.engine.build import Intermediates, Progress, run_folder, stem_of
 from edgekit.engine.job import TargetJob
 from edgekit.engine.plan import ConvertRequest, Plan, plan
+from edgekit.engine.runners import run_isolated, start_workers
 from edgekit.engine.search import SEARCH_FRACTION
-from edgekit.sources.loading import Source, SourceOptions
+from edgekit.sources.loading import Source, SourceOptions, open_source
+from edgekit.targets import TARGETS, by_format
+from edgekit.targets.inspection import inspect_artifact, precision_from_inspection
 
 RANDOM_SAMPLES = 16
 
@@ -43,8 +50,6 @@ class Sources:
         self._references: dict[tuple, list[np.ndarray]] = {}
 
     def open(self, location: str, options: SourceOptions, say: Progress = lambda _msg: None) -> Source:
-        from edgekit.sources.loading import open_source
-
         key = (location, options)
         if key not in self._opened:
             say(f"loading {location}")
@@ -76,9 +81,6 @@ class Prepared:
 
 def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | None = None) -> Prepared:
     """Open the source, load the calibration and eval data, and run the source on the eval samples."""
-    from edgekit.calibration.data import load_samples, random_samples
-    from edgekit.calibration.sources import load_calibration
-
     say = progress or (lambda _msg: None)
     req, sources = plan.request, sources or Sources()
     source_model = sources.open(req.source, req.source_options, say)
@@ -153,6 +155,7 @@ def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: S
                     warnings += [w for w in hit.warnings if w not in warnings]
     missing = [(t, r) for t, r in p.routes if t.name not in results]
     if missing:
+        start_workers({t.format for t, _ in missing})
         prepared = prepare(p, say, sources)
         warnings += [w for w in prepared.warnings if w not in warnings]
         source = prepared.source.artifact
@@ -165,8 +168,6 @@ def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: S
 
 
 def _fingerprint(samples: SampleSet) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     for name in sorted(samples.inputs):
         h.update(name.encode())
@@ -181,11 +182,6 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
     An artifact's precision comes from its name (model.int8.tflite) or else from its weights; its
     thresholds are edgekit's for that precision updated with `thresholds_for(precision)`.
     """
-    from edgekit.core.errors import reading
-    from edgekit.core.formats import artifact_files, detect
-    from edgekit.targets import TARGETS
-    from edgekit.targets.inspection import inspect_artifact
-
     say = progress or (lambda _msg: None)
     given = []  # (path, format, files, inspection): every artifact is read, as `edgekit report` reads it, first
     for p in paths:
@@ -198,6 +194,7 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
             given.append((p, fmt, files, inspect_artifact(fmt, str(p)).to_json()))
     results = []
     with run_folder(Path(req.out_dir)):  # the runtimes' temporary files too stay inside --out
+        start_workers({fmt for _, fmt, _, _ in given})
         prepared = prepare(Plan(req, detect(req.source), (), False, {}), say, sources)
         for p, fmt, files, inspection in given:
             results.append(_verify_given(p, fmt, files, inspection, prepared.source.artifact.signature,
@@ -208,11 +205,6 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
 
 def _verify_given(p, fmt: str, files, inspection: dict, signature, samples, reference, thresholds_for,
                   say: Progress) -> ArtifactResult:
-    from edgekit.core.formats import split_name
-    from edgekit.engine.runners import run_isolated
-    from edgekit.targets import by_format
-    from edgekit.targets.inspection import precision_from_inspection
-
     target = by_format(fmt)
     artifact = ModelArtifact(fmt, str(p), signature, files=files, meta={"route": ["given"], "seconds": 0.0})
     say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
@@ -239,8 +231,6 @@ def _run_reference(source: Source, samples) -> list[np.ndarray]:
 
 @contextmanager
 def _one_thread():
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is None:
         yield

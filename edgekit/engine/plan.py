@@ -8,11 +8,14 @@ from dataclasses import dataclass, field
 
 from edgekit.calibration.methods import AUTO, METHODS
 from edgekit.calibration.sources import CalibrationSpec
+from edgekit.converters.base import converters
 from edgekit.core.errors import BadInput
-from edgekit.core.quant import PASSES, LayerOverride, QuantSpec
+from edgekit.core.formats import detect
+from edgekit.core.quant import PASSES, LayerOverride, QuantSpec, check_expressible
 from edgekit.core.verify import THRESHOLDS
 from edgekit.engine.graph import Graph, Route
 from edgekit.sources.loading import SourceOptions
+from edgekit.targets import TARGETS, resolve
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,6 @@ class Plan:
 
 def resolve_targets(names: tuple[str, ...], source_format: str, precision: str, graph: Graph) -> list:
     """The targets asked for; `all` is every target reachable from the source at `precision`."""
-    from edgekit.targets import TARGETS, resolve
-
     if any(n.strip().lower() == "all" for n in names):
         reachable = graph.reachable(source_format)
         return [t for t in TARGETS.values() if precision in reachable.get(t.format, ())]
@@ -90,8 +91,6 @@ def resolve_targets(names: tuple[str, ...], source_format: str, precision: str, 
 
 def plan(req: ConvertRequest) -> Plan:
     """Every target's route, checked: the method, passes and layer overrides asked for exist on each."""
-    from edgekit.core.formats import detect
-
     thresholds = {**THRESHOLDS.get(req.precision, {}), **req.thresholds, **{b.metric: b.limit for b in req.budgets}}
     source_format = detect(req.source)  # fail fast on a bad path, before loading anything heavy
     graph = Graph()
@@ -119,9 +118,6 @@ def plan(req: ConvertRequest) -> Plan:
 
 def _targets_where(has) -> list[str]:
     """Names of the targets whose int8 converter satisfies `has` (a predicate on the class)."""
-    from edgekit.converters.base import converters
-    from edgekit.targets import TARGETS
-
     formats = {c.target for c in converters().values() if "int8" in c.precisions and has(c)}
     return [t.name for t in TARGETS.values() if t.format in formats]
 
@@ -165,8 +161,6 @@ def split_supported(plans, method: str, spec) -> tuple[list, list[tuple[str, str
 def check_supported(plans, method: str, spec) -> None:
     """Before any work: every int8 route must have the method (or auto), integer I/O if asked, and
     what the quantization spec asks for (bit widths, granularity, layer overrides)."""
-    from edgekit.core.quant import check_expressible
-
     for target, plan in plans:
         step = plan.quantizing_step
         lack = _lacks(step.converter, method, spec) if step is not None else None

@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -15,9 +16,12 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.core.artifact import ModelArtifact
-from edgekit.core.deps import require
+from edgekit.core.deps import EXTRAS, missing_modules, require
 from edgekit.core.errors import ConversionFailed
+from edgekit.core.quiet import captured, private_dir
 from edgekit.core.signature import Signature
+from edgekit.targets import by_format
+from edgekit.targets.inspection import inspect_artifact
 
 
 def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, timeout: float = 900,
@@ -29,8 +33,6 @@ def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, time
     becomes a ConversionFailed naming the runtime and quoting its last words; the worker is started
     again for the next artifact.
     """
-    from edgekit.targets import by_format
-
     require(by_format(artifact.format).extra, f"running a .{artifact.format} artifact")
     with _job_dir() as tmp:
         sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz"))
@@ -41,9 +43,6 @@ def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, time
             outputs = [data[f"output_{j}"] for j in range(len(data.files))]
     inspection = None
     if inspect:
-        from edgekit.core.quiet import captured
-        from edgekit.targets.inspection import inspect_artifact
-
         with captured():
             inspection = inspect_artifact(artifact.format, str(artifact.path)).to_json()
     return outputs, inspection
@@ -65,10 +64,6 @@ class RuntimeWorker:
                                      env={**os.environ, "OMP_NUM_THREADS": "1"})  # batch-1 loops: one thread
 
     def run(self, job: dict, path: str, timeout: float) -> None:
-        import select
-
-        from edgekit.targets import by_format
-
         runtime = by_format(self.fmt).runtime
         try:
             self.proc.stdin.write(json.dumps(job) + "\n")
@@ -120,6 +115,14 @@ def _worker(fmt: str) -> RuntimeWorker:
     return worker
 
 
+def start_workers(formats) -> None:
+    """Start the workers of `formats` now (those whose runtime is installed), so that each imports its
+    runtime while this process opens the source and converts; the first artifact then runs at once."""
+    for fmt in formats:
+        if not missing_modules(EXTRAS[by_format(fmt).extra]):
+            _worker(fmt)
+
+
 @atexit.register
 def close_workers() -> None:
     """Stop every runtime worker of this process (they also stop when it dies)."""
@@ -130,8 +133,6 @@ def close_workers() -> None:
 def trace_layers_isolated(fmt: str, float_path: str, quant_path: str, signature: Signature,
                           inputs: dict[str, np.ndarray], *, timeout: float = 900) -> list[dict]:
     """Per-layer drift of `quant_path` against `float_path` (see edgekit.engine.layers), in a child process."""
-    from edgekit.targets import by_format
-
     require(by_format(fmt).extra, f"tracing a .{fmt} artifact")
     with _job_dir() as tmp:
         sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "layers.json"))
@@ -146,8 +147,6 @@ def trace_layers_isolated(fmt: str, float_path: str, quant_path: str, signature:
 def _job_dir():
     """A private folder for one child's inputs and outputs, `edgekit-job-<pid>-*` in the temporary folder
     (inside --out during a conversion); ones a killed run left behind are swept away first."""
-    from edgekit.core.quiet import private_dir
-
     path = private_dir(tempfile.gettempdir(), "edgekit-job-")
     try:
         yield path
@@ -163,8 +162,6 @@ def _write_job(signature: Signature, inputs: dict[str, np.ndarray], sig_path: st
 
 def _child(args: list[str], fmt: str, path: str, timeout: float) -> None:
     """Run `python -m args...`; a crash, error or timeout becomes a ConversionFailed naming the runtime."""
-    from edgekit.targets import by_format
-
     runtime = by_format(fmt).runtime
     try:
         proc = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, timeout=timeout,

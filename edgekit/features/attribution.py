@@ -4,9 +4,19 @@ traced and how layers are ranked is in edgekit.engine.layers and edgekit.core.dr
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from edgekit.calibration import pt2e
+from edgekit.calibration.data import load_samples
+from edgekit.calibration.sources import load_calibration
 from edgekit.core.drift import LayerDrift
+from edgekit.core.errors import BadInput
+from edgekit.core.formats import detect, split_name
 from edgekit.core.quant import QuantSpec
+from edgekit.core.quiet import captured
 from edgekit.engine.layers import SAMPLES, rank_layers
+from edgekit.sources.loading import SourceOptions, open_source
+from edgekit.targets.inspection import inspect_artifact
 
 ATTRIBUTED_FORMATS = ("tflite", "onnx", "pte")
 
@@ -21,23 +31,12 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     with `calibration` (a CalibrationSpec), `method`, `bias_correction` and `smooth_quant`. `model` is
     `source` already opened (edgekit.engine.pipeline.Sources), when the caller has it.
     """
-    from pathlib import Path
-
-    from edgekit.calibration.data import load_samples
-    from edgekit.core.errors import BadInput
-    from edgekit.core.formats import detect
-    from edgekit.sources.loading import SourceOptions, open_source
-    from edgekit.core.quiet import captured
-
     say = progress or (lambda _msg: None)
     fmt = detect(artifact_path)
     if fmt not in ATTRIBUTED_FORMATS:
         raise BadInput(f"per-layer attribution is not available for .{fmt} artifacts",
                        fix=f"attribute the {'.onnx it was made from' if fmt == 'ort' else 'tflite, onnx or pte artifact'}")
     if fmt == "pte":
-        from edgekit.calibration import pt2e
-        from edgekit.core.formats import split_name
-
         if split_name(Path(artifact_path))[1] == "int8-dynamic":
             raise BadInput("per-layer attribution of a .pte rebuilds its static int8 PT2E model; "
                            f"{Path(artifact_path).name} is int8-dynamic", fix="attribute the static int8 artifact")
@@ -48,8 +47,6 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
         raise BadInput("attributing an ExecuTorch artifact needs its calibration data",
                        fix="the .pte runs as one XNNPACK call, so the PT2E model is rebuilt from the source: "
                            "pass the calibration data it was quantized with")
-    from edgekit.targets.inspection import inspect_artifact
-
     with captured():
         int8_share = inspect_artifact(fmt, artifact_path).int8_weight_share
     if int8_share < 0.5:
@@ -62,8 +59,6 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     if eval_data:
         samples = load_samples(eval_data, signature, what="eval data")
     elif calibration is not None:
-        from edgekit.calibration.sources import load_calibration
-
         samples = load_calibration(calibration, signature)[0]
     else:
         raise BadInput("per-layer attribution needs real inputs to trace",
@@ -72,8 +67,6 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     say(f"attributing drift in {Path(artifact_path).name} layer by layer on {len(next(iter(inputs.values())))} samples")
     pte_calibration = None
     if fmt == "pte":
-        from edgekit.calibration.sources import load_calibration
-
         pte_calibration = load_calibration(calibration, signature)[0]
     with captured():
         return rank_layers(model, fmt, artifact_path, inputs, calibration=pte_calibration,

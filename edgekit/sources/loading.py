@@ -20,6 +20,9 @@ from edgekit.core.deps import require
 from edgekit.core.errors import BadInput, first_line, reading
 from edgekit.core.formats import FORMATS, detect
 from edgekit.core.signature import Signature, TensorSpec, check_against, parse_input_shapes
+from edgekit.sources.onnx_source import open_onnx
+from edgekit.sources.safe_pt2 import load_exported_program, refuse_code_targets
+from edgekit.sources.tf_source import open_tf
 
 _TORCH_DTYPES = {"float32": "float32", "float16": "float16", "int64": "int64", "int32": "int32",
                  "int8": "int8", "uint8": "uint8", "bool": "bool"}
@@ -165,12 +168,8 @@ def open_source(location: str, options: SourceOptions = SourceOptions()) -> Sour
     fmt = detect(location)
     family = FORMATS[fmt].family
     if fmt == "onnx":
-        from edgekit.sources.onnx_source import open_onnx
-
         return open_onnx(location, _declared_inputs(options))
     if family == "tf":
-        from edgekit.sources.tf_source import open_tf
-
         return open_tf(fmt, location, _declared_inputs(options), trust_model_code=options.trust_model_code)
     if family != "torch":
         raise BadInput(f"{location} is a {FORMATS[fmt].description}, which edgekit does not convert from",
@@ -188,8 +187,6 @@ def _open_torch(fmt: str, location: str, options: SourceOptions) -> TorchSource:
     if fmt == "torch-export":
         exported = _load_exported(location, options.trust_pickle)
         if not options.trust_model_code:
-            from edgekit.sources.safe_pt2 import refuse_code_targets
-
             refuse_code_targets(exported, location)
         with reading(location, "an ExportedProgram archive", fix="re-save it with torch.export.save"):
             module = exported.module()
@@ -232,8 +229,6 @@ def _load_exported(location: str, trust_pickle: bool = False):
     weights-only unpickler (edgekit.sources.safe_pt2; torch.export.load would fully unpickle some of them);
     with trust_pickle, torch.export.load reads it as it stands."""
     import torch
-
-    from edgekit.sources.safe_pt2 import load_exported_program
 
     try:
         return torch.export.load(location) if trust_pickle else load_exported_program(location)

@@ -11,6 +11,7 @@ from edgekit.core.deps import require
 from edgekit.core.errors import BadInput, first_line
 from edgekit.core.formats import onnx_files
 from edgekit.core.signature import Signature, TensorSpec
+from edgekit.targets.onnx import OnnxRunner
 
 _ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 9: "bool"}
 
@@ -19,8 +20,6 @@ class OnnxSource:
     """An ONNX source model; onnxruntime on the original file is its reference."""
 
     def __init__(self, artifact: ModelArtifact, runner=None):
-        from edgekit.targets.onnx import OnnxRunner
-
         self.artifact = artifact
         self._runner = runner or OnnxRunner(artifact.path, artifact.signature)
 

@@ -19,6 +19,8 @@ archive, the member and what was refused; `--trust-pickle` loads the archive wit
 from __future__ import annotations
 
 import io
+import math
+import operator
 import os
 import pickle
 import re
@@ -153,9 +155,6 @@ def refuse_code_targets(ep, location: str) -> None:
     functions torch's serializer itself emits and `operator`/`math` functions may be called;
     `--trust-model-code` lifts the check.
     """
-    import math
-    import operator
-
     import torch
     from torch._export.serde.serialize import _SYM_OPS
 

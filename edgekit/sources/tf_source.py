@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 
@@ -15,6 +17,7 @@ from edgekit.core.artifact import ModelArtifact
 from edgekit.core.deps import require
 from edgekit.core.errors import BadInput, first_line
 from edgekit.core.signature import Signature, TensorSpec
+from edgekit.sources.tf_safety import check_keras_file, check_saved_model
 
 _TF_DTYPES = {"float32", "float16", "int64", "int32", "int8", "uint8", "bool"}
 
@@ -87,9 +90,6 @@ HDF5_PROBE_SECONDS = 30
 def _hdf5_finishes(location: str) -> None:
     """BadInput when reading the file's HDF5 content hangs or crashes (in a child process); a plain
     error is left for Keras to report."""
-    import subprocess
-    import sys
-
     try:
         proc = subprocess.run([sys.executable, "-c", _HDF5_PROBE, location], capture_output=True,
                               timeout=HDF5_PROBE_SECONDS, stdin=subprocess.DEVNULL)
@@ -102,8 +102,6 @@ def _hdf5_finishes(location: str) -> None:
 
 
 def _open_keras(location: str, declared) -> TfSource:
-    from edgekit.sources.tf_safety import check_keras_file
-
     _hdf5_finishes(location)
     check_keras_file(location)  # before Keras: a config that would load files from outside the model
     import keras
@@ -131,8 +129,6 @@ def _open_keras(location: str, declared) -> TfSource:
 
 def _open_saved_model(location: str, declared, trust_model_code: bool = False) -> TfSource:
     if not trust_model_code:
-        from edgekit.sources.tf_safety import check_saved_model
-
         # Loading runs initializers and calling runs the serving graph: refuse file, process and
         # Python ops before TensorFlow runs anything of the model.
         check_saved_model(location)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+from edgekit.core.deps import require
 from edgekit.core.errors import BadInput
 
 
@@ -19,21 +20,26 @@ class Target:
     inspector: str = ""  # "module:function" reading the artifact (edgekit.targets.inspection)
     aliases: tuple[str, ...] = ()
     legacy: bool = False
+    modules: tuple[str, ...] = ()  # the runtime the runner imports: a runtime worker imports it as it starts
 
 
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
         Target("tflite", "tflite", ".tflite", "edgekit.targets.tflite:TfliteRunner", "tflite",
-               "LiteRT interpreter (ai_edge_litert)", "edgekit.targets.tflite_inspect:inspect"),
+               "LiteRT interpreter (ai_edge_litert)", "edgekit.targets.tflite_inspect:inspect",
+               modules=("ai_edge_litert.interpreter",)),
         Target("executorch", "pte", ".pte", "edgekit.targets.executorch:PteRunner", "executorch",
-               "ExecuTorch runtime (executorch.runtime)", "edgekit.targets.pte_inspect:inspect", aliases=("pte",)),
+               "ExecuTorch runtime (executorch.runtime)", "edgekit.targets.pte_inspect:inspect", aliases=("pte",),
+               modules=("torch", "executorch.runtime", "executorch.kernels.quantized")),
         Target("ptl", "ptl", ".ptl", "edgekit.targets.ptl:PtlRunner", "torch",
-               "PyTorch Mobile lite interpreter", "edgekit.targets.ptl_inspect:inspect", legacy=True),
+               "PyTorch Mobile lite interpreter", "edgekit.targets.ptl_inspect:inspect", legacy=True,
+               modules=("torch.jit.mobile",)),
         Target("onnx", "onnx", ".onnx", "edgekit.targets.onnx:OnnxRunner", "onnx",
-               "ONNX Runtime (CPU)", "edgekit.targets.onnx_inspect:inspect"),
+               "ONNX Runtime (CPU)", "edgekit.targets.onnx_inspect:inspect", modules=("onnxruntime",)),
         Target("ort", "ort", ".ort", "edgekit.targets.ort:OrtRunner", "onnx",
-               "ONNX Runtime (CPU), ORT format", "edgekit.targets.ort_inspect:inspect"),
+               "ONNX Runtime (CPU), ORT format", "edgekit.targets.ort_inspect:inspect",
+               modules=("onnxruntime",)),
     )
 }
 
@@ -54,8 +60,6 @@ def load(spec: str):
 
 def load_runner(fmt: str, path: str, signature):
     """The CPU runner of format `fmt` for the artifact at `path`, in this process."""
-    from edgekit.core.deps import require
-
     target = by_format(fmt)
     require(target.extra, f"running a .{fmt} artifact")
     return load(target.runner)(path, signature)

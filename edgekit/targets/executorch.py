@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
+import types
+
 import numpy as np
 
 from edgekit.core import io_params
@@ -46,11 +51,6 @@ def without_compiler() -> None:
     of a check's time). A bare package module with the same path stands in for `executorch.exir`, so
     its submodules load alone. Only for the runtime worker: a process that compiles must not call it.
     """
-    import importlib.util
-    import os
-    import sys
-    import types
-
     if "executorch.exir" in sys.modules:
         return
     spec = importlib.util.find_spec("executorch")

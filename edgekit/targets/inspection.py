@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterable
 
 from edgekit.core.errors import BadInput
+from edgekit.targets import by_format, load
 
 MODES = ("int8", "int16", "dynamic", "weight_only", "qdq_float", "float")
 INT8_MODES = frozenset({"int8", "dynamic"})
@@ -113,8 +114,6 @@ def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: di
 
 def inspect_artifact(fmt: str, path: str) -> Inspection:
     """Inspect the artifact at `path` with its target's reader; `fmt` is a target format id."""
-    from edgekit.targets import by_format, load
-
     try:
         target = by_format(fmt)
     except KeyError:

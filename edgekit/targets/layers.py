@@ -13,14 +13,14 @@ import sys
 
 import numpy as np
 
+from edgekit.core.drift import rank, to_json
+from edgekit.core.process import die_with_parent
+from edgekit.core.signature import Signature
+
 BACKENDS = {"tflite": "edgekit.targets.tflite_layers", "onnx": "edgekit.targets.onnx_layers"}
 
 
 def main(argv: list[str]) -> int:
-    from edgekit.core.drift import rank, to_json
-    from edgekit.core.process import die_with_parent
-    from edgekit.core.signature import Signature
-
     die_with_parent()
     fmt, float_path, quant_path, sig_path, in_path, out_path = argv
     with open(sig_path) as f:

@@ -12,6 +12,8 @@ import collections
 import functools
 import math
 
+import numpy as np
+
 from edgekit.targets.inspection import Inspection, OpInfo, build
 
 DATA_OPS = frozenset({
@@ -190,7 +192,6 @@ def _nbytes(t) -> int:
 
 def tensor_bytes(code: int, dims, strings=()) -> int:
     """Bytes of a tensor of TensorProto element type `code` and shape `dims` (from dims × itemsize)."""
-    import numpy as np
     from onnx import TensorProto, helper
 
     n = math.prod(dims)

@@ -18,6 +18,7 @@ import numpy as np
 
 from edgekit.core.drift import Traced, sqnr_db
 from edgekit.core.signature import Signature
+from edgekit.targets.onnx import OnnxRunner
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 Q_INPUT, DQ_OUTPUT = "_QuantizeLinear_Input", "_DequantizeLinear_Output"
@@ -29,8 +30,6 @@ def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[s
     from onnxruntime.quantization.qdq_loss_debug import (collect_activations, create_activation_matching,
                                                          create_weight_matching,
                                                          modify_model_output_intermediate_tensors)
-
-    from edgekit.targets.onnx import OnnxRunner
 
     n = len(next(iter(inputs.values())))
     samples = [{k: v[i] for k, v in inputs.items()} for i in range(n)]

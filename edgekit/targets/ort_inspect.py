@@ -10,7 +10,10 @@ which ONNX Runtime writes for every value, so no shape inference is needed.
 from __future__ import annotations
 
 import collections
+import importlib.util
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from edgekit.core.errors import BadInput
 from edgekit.targets.inspection import Inspection, build
@@ -34,10 +37,6 @@ def _fbs():
     Importing them through `onnxruntime.tools` would import torch too (its __init__ does when torch
     is installed), so the folder is put on sys.path directly, as `onnxruntime.tools.ort_format_model` does.
     """
-    import importlib.util
-    import sys
-    from pathlib import Path
-
     if importlib.util.find_spec("ort_flatbuffers_py") is None:
         spec = importlib.util.find_spec("onnxruntime")
         if spec is None or spec.origin is None:

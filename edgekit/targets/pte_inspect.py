@@ -9,6 +9,7 @@ live in the program's named data and are sized from `constant_data[i].size`.
 from __future__ import annotations
 
 import collections
+import importlib.resources
 import json
 import math
 import os
@@ -179,8 +180,6 @@ def _xnnpack(blob: bytes, index: int, weights, tensors, ops, op_counts) -> int:
 
 def _xnnpack_graph(blob: bytes) -> dict:
     """Decode an XnnpackBackend payload to a dict with the packaged flatc and the XNNPACK schema."""
-    import importlib.resources
-
     import executorch.backends.xnnpack.serialization as xnn_serialization
     from executorch.backends.xnnpack.serialization.xnnpack_graph_serialize import XNNHeader
     # Private helper: it runs the flatc binary shipped in the executorch wheel; 1.5.1 has no public decoder.

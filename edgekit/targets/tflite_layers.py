@@ -9,10 +9,13 @@ litert-torch names tensors after torch.export locations, which give the source m
 
 from __future__ import annotations
 
+from difflib import SequenceMatcher
+
 import numpy as np
 
-from edgekit.core.drift import Traced, module_path_from_location
+from edgekit.core.drift import SqnrSums, Traced, module_path_from_location, sqnr_db
 from edgekit.core.signature import Signature
+from edgekit.targets.tflite import TfliteRunner
 
 BOUNDARY_OPS = frozenset({"QUANTIZE", "DEQUANTIZE"})
 # Module classes that name a layer, in order of preference (a conv with its BatchNorm folded in is the conv).
@@ -23,8 +26,6 @@ class _Traced:
     """One model loaded with intermediates kept: its ops, tensors, and a way to read them as float."""
 
     def __init__(self, path: str, signature: Signature):
-        from edgekit.targets.tflite import TfliteRunner
-
         self.runner = TfliteRunner(path, signature, keep_intermediates=True)
         interp = self.runner.interp
         self.tensors = {t["index"]: t for t in interp.get_tensor_details()}
@@ -70,8 +71,6 @@ def layer_name(names: list[str], fallback: str) -> str:
 
 def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[str, np.ndarray]):
     """(traced ops of the int8 model, {tensor key: SQNR dB}) over the samples in `inputs`."""
-    from edgekit.core.drift import SqnrSums
-
     ref, qnt = _Traced(float_path, signature), _Traced(quant_path, signature)
     keys, traced = _keys(ref, qnt, _align(ref, qnt), signature.input_names)
     sums = SqnrSums()
@@ -95,8 +94,6 @@ def _align(ref: _Traced, qnt: _Traced) -> dict[int, tuple[dict, str]]:
     ("CONV_2D+ADD"). Likewise where the fp32 model has the extra ops. Ops left over are matched by
     output tensor name.
     """
-    from difflib import SequenceMatcher
-
     q_ops = [op for op in qnt.ops if op["op_name"] not in BOUNDARY_OPS]
     a, b = [op["op_name"] for op in q_ops], [op["op_name"] for op in ref.ops]
     pairs: dict[int, int] = {}  # position in q_ops → position in ref.ops
@@ -167,8 +164,6 @@ def _keys(ref: _Traced, qnt: _Traced, pairs: dict[int, tuple[dict, str]], input_
 
 def _weight_sqnr(ref: _Traced, qnt: _Traced, r: dict, q: dict) -> float | None:
     """SQNR of the op's first constant input (its weights) against the fp32 weights."""
-    from edgekit.core.drift import sqnr_db
-
     q_w = [i for i in q["inputs"] if i >= 0 and i not in qnt.activations]
     r_w = [i for i in r["inputs"] if i >= 0 and i not in ref.activations]
     if not q_w or not r_w:

@@ -7,12 +7,16 @@ Each line on standard input is a job (JSON): the artifact's `path`, its `signatu
 (output_0, output_1, ... with the same leading axis) and a `tmp` folder for the runtime's temporary
 files. The answer, on the standard output the worker started with, is `ok` or `error MESSAGE`;
 anything the runtime prints goes to standard error. Only the runtime is imported here (for .pte,
-the ExecuTorch runtime without its compiler); a native crash ends only this process. The runner of
-the last few artifacts is kept, so an artifact run twice (searched on, then verified) loads once.
+the ExecuTorch runtime without its compiler), as the worker starts: a parent starts its workers
+before it converts, so the import is done by the time the first artifact arrives. A native crash
+ends only this process. The runner of the last few artifacts is kept, so an artifact run twice
+(searched on, then verified) loads once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
 import os
 import sys
@@ -21,20 +25,22 @@ from collections import OrderedDict
 
 import numpy as np
 
+from edgekit.core.process import die_with_parent
+from edgekit.core.signature import Signature
+from edgekit.targets import by_format, load_runner
+from edgekit.targets.executorch import without_compiler
+
 KEPT = 4  # runners kept loaded
 
 
 def main(argv: list[str]) -> int:
-    from edgekit.core.process import die_with_parent
-    from edgekit.targets import load_runner
-    from edgekit.core.signature import Signature
-
     die_with_parent()
     (fmt,) = argv
     if fmt == "pte":
-        from edgekit.targets.executorch import without_compiler
-
         without_compiler()
+    for module in by_format(fmt).modules:  # now, while the parent is still converting: the first job runs at once
+        with contextlib.suppress(ImportError):  # a missing runtime is reported by the first job, with its fix
+            importlib.import_module(module)
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # what the runtime prints is not an answer
     runners: OrderedDict = OrderedDict()

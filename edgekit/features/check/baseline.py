@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 from edgekit.features.check.case import Case
@@ -14,8 +16,6 @@ COMPARED = ("cosine", "sqnr_db", "max_abs", "top1_agreement")
 
 def write_baseline(cases: list[Case], path: str | Path) -> None:
     """Record what every case measured, for later runs to report change against."""
-    import json
-
     doc = {"schema": BASELINE_SCHEMA, "cases": {c.name: c.baseline_entry() for c in cases}}
     Path(path).write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
 
@@ -24,8 +24,6 @@ def baseline_seeds(path: str | Path) -> dict:
     """Case name → {"overrides": the layer overrides, "bias_correction": bool, "smooth_quant": bool} the
     baseline at `path` recorded (only cases that kept layers back or used a whole-model pass); {} when
     there is no readable baseline."""
-    import json
-
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError):
@@ -47,9 +45,6 @@ def baseline_seeds(path: str | Path) -> dict:
 
 def compare_baseline(cases: list[Case], path: str | Path) -> list[Case]:
     """Each case with the changes since the baseline ("tflite int8 cosine 0.995 → 0.981, budget 0.99")."""
-    import json
-    from dataclasses import replace
-
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:

@@ -10,6 +10,7 @@ from pathlib import Path
 from edgekit.core.errors import BadInput, reading
 from edgekit.converters.base import PRECISIONS
 from edgekit.core.verify import HIGHER_IS_BETTER
+from edgekit.sources.loading import SourceOptions
 
 BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *HIGHER_IS_BETTER}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
@@ -40,8 +41,6 @@ class ModelCheck:
 
     def source_options(self, trust=None):
         """How to open this model: its input shapes and project from the config, trust from the command line."""
-        from edgekit.sources.loading import SourceOptions
-
         return SourceOptions(trust_pickle=bool(trust and trust.trust_pickle),
                              trust_model_code=bool(trust and trust.trust_model_code),
                              input_shapes=self.input_shape, project=self.project)

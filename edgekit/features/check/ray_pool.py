@@ -12,6 +12,7 @@ keeps its session files in a temporary folder removed when the pool closes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -19,9 +20,12 @@ import sys
 import tempfile
 import threading
 import time
+from typing import TYPE_CHECKING
 
-import ray
-from ray.util.queue import Empty, Queue
+from edgekit.engine.pipeline import Sources
+
+if TYPE_CHECKING:
+    from ray.util.queue import Queue
 
 _state: dict = {}  # in a Ray worker process: its opened sources, kept between tasks
 
@@ -33,6 +37,9 @@ class RayPool:
         ("HEAD:6379", "auto"). If this process is already connected to Ray, that connection is used.
         `out_dir`: the folder under which tasks on other nodes write files to bring back (None: none).
         `runtime_env`: for ray.init (e.g. {"py_modules": [...]}, {"env_vars": {...}})."""
+        import ray
+        from ray.util.queue import Queue
+
         self.jobs, self.out_dir = jobs, out_dir
         self._own = not ray.is_initialized()
         self._session = None
@@ -46,7 +53,8 @@ class RayPool:
                      runtime_env=runtime_env, **local)
         self._node = ray.get_runtime_context().get_node_id()
         largest = max((n["Resources"].get("memory", 0) for n in ray.nodes() if n["Alive"]), default=0)
-        self._task = _run.options(memory=int(min(first_estimate, largest))) if largest else _run
+        task = _remote_run()
+        self._task = task.options(memory=int(min(first_estimate, largest))) if largest else task
         self._started = time.time()
         self._placed: dict[str, int] = {}  # relative path → mtime (ns) of the copy written here
         self.copied = 0  # files written here for tasks that ran on other nodes
@@ -60,6 +68,8 @@ class RayPool:
         return self
 
     def __exit__(self, *exc) -> None:
+        import ray
+
         if self._progress is not None:
             self._stop.set()
             self._echo.join()
@@ -72,6 +82,8 @@ class RayPool:
     def map(self, fn, calls: list[tuple], priority=lambda args: 0) -> list:
         """fn(*args, sources=, progress=) for every args of `calls`, as Ray tasks, the highest
         `priority(args)` first; the results in the order of `calls`."""
+        import ray
+
         results: list = [None] * len(calls)
         pending = sorted(enumerate(calls), key=lambda c: priority(c[1]), reverse=True)
         running: dict = {}  # ObjectRef → index in calls
@@ -105,6 +117,8 @@ class RayPool:
 
     def _echo_progress(self) -> None:
         """The workers' progress lines to stderr as they come; when the pool closes, the rest."""
+        from ray.util.queue import Empty
+
         while not self._stop.is_set():
             with contextlib.suppress(Empty):
                 sys.stderr.write(self._progress.get(timeout=0.2))
@@ -114,6 +128,8 @@ class RayPool:
 
 def _get(ref):
     """The task's value; an exception raised in the task is raised again as its own type."""
+    import ray
+
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as e:
@@ -122,12 +138,20 @@ def _get(ref):
         raise
 
 
-@ray.remote(num_cpus=1, max_retries=0)
+@functools.cache
+def _remote_run():
+    """`_run` as a Ray task on one CPU, never retried; made on first use, so that importing this module
+    does not import Ray."""
+    import ray
+
+    return ray.remote(num_cpus=1, max_retries=0)(_run)
+
+
 def _run(fn, args: tuple, driver_node: str, out_dir: str | None, progress: Queue | None, started: float):
     """In a Ray worker: fn with this worker's sources; (its value, the files it wrote if on another node)."""
-    if "sources" not in _state:
-        from edgekit.engine.pipeline import Sources
+    import ray
 
+    if "sources" not in _state:
         _state["sources"] = Sources()
 
     def say(msg: str) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
+
+from edgekit.core.drift import SHOWN
 from edgekit.features.check.case import Case
 from edgekit.core.quant import PASSES
 
@@ -22,8 +25,6 @@ def to_json(cases: list[Case]) -> dict:
 
 def to_junit(cases: list[Case]) -> str:
     """JUnit XML: one test case per model × target × precision."""
-    import xml.etree.ElementTree as ET
-
     suite = ET.Element("testsuite", name="edgekit check", tests=str(len(cases)),
                        failures=str(sum(c.status == "fail" for c in cases)))
     for c in cases:
@@ -87,8 +88,6 @@ def _search_markdown(c: Case) -> str:
 
 def _layers_markdown(c: Case) -> str:
     """The layers of one int8 case that lose the most SQNR, as a table."""
-    from edgekit.core.drift import SHOWN
-
     if not c.layers:
         return f"\n#### Layers of {c.name}\n{c.layers_note}\n"
     rows = ["| layer | op | SQNR lost | output SQNR | weight SQNR |", "|---|---|---:|---:|---:|"]

@@ -13,10 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from edgekit.calibration.sources import CalibrationSpec
+from edgekit.core.artifact import sha256_files
+from edgekit.core.errors import EdgekitError
+from edgekit.engine.cache import ArtifactCache
+from edgekit.engine.pipeline import ConvertRequest, Sources, convert, plan, verify_artifacts
+from edgekit.engine.search import parse_budgets
+from edgekit.features.attribution import attribute
 from edgekit.features.check.case import Case
 from edgekit.features.check.config import ModelCheck
-from edgekit.core.quant import PASSES
+from edgekit.core.quant import PASSES, LayerOverride
 from edgekit.core.verify import HIGHER_IS_BETTER
+from edgekit.features.check.workers import pool
 
 
 @dataclass(frozen=True)
@@ -52,13 +60,9 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
     starts from them. `cache`: an edgekit.engine.cache.ArtifactCache, or None. `jobs`: worker processes, or
     with `executor` "ray" Ray tasks at once (on a new local Ray instance, or the cluster at `ray_address`).
     """
-    from edgekit.engine.pipeline import Sources
-
     options = Options(out_dir, trust, cache is not None)
     todo = units(models, seeds or {}, options)
     if executor == "ray" or (jobs > 1 and len(todo) > 1):
-        from edgekit.features.check.workers import pool
-
         size = {m.name: _bytes(m.path) for m in models}
         with pool(executor, jobs, progress is not None, max(2 << 30, 8 * max(size.values())), ray_address,
                   options.out_dir) as workers:
@@ -85,8 +89,6 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
 
 def units(models: tuple[ModelCheck, ...], seeds: dict, options: Options) -> list[Unit]:
     """The check's units, in the order a serial run takes them."""
-    from edgekit.engine.pipeline import plan
-
     out = []
     for m in models:
         if m.artifacts:
@@ -108,11 +110,6 @@ def units(models: tuple[ModelCheck, ...], seeds: dict, options: Options) -> list
 
 def request(m: ModelCheck, precision: str, options: Options, targets=None, seed=None):
     """The convert request of model `m` at `precision` (on `targets`, else the model's), started from `seed`."""
-    from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.engine.pipeline import ConvertRequest
-    from edgekit.core.quant import LayerOverride
-    from edgekit.engine.search import parse_budgets
-
     searching = m.search is not None and precision == "int8"
     return ConvertRequest(
         m.path, targets or m.targets or ("all",), str(Path(options.out_dir) / m.name / precision), precision=precision,
@@ -129,12 +126,8 @@ def request(m: ModelCheck, precision: str, options: Options, targets=None, seed=
 
 def run_unit(unit: Unit, options: Options, sources=None, progress=None, cache=None) -> list[Case]:
     """Convert and verify one unit (or verify its given artifacts); its cases, judged."""
-    from edgekit.engine.pipeline import convert, verify_artifacts
-
     m = unit.model
     if cache is None and options.cache:
-        from edgekit.engine.cache import ArtifactCache
-
         cache = ArtifactCache()
     if unit.precision is None:
         result = verify_artifacts(request(m, "fp32", options), list(m.artifacts), lambda p: _metric_limits(m.budget(p)),
@@ -205,11 +198,6 @@ def attribute_case(m: ModelCheck, c: Case, options: Options, float_path: str | N
     """The case with its layers ranked by the SQNR they lose, or a note saying why there are none. The source
     is the one `sources` opened for the conversion; the float reference is the case's fp32 artifact when the
     config has one."""
-    from edgekit.features.attribution import attribute
-    from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.core.errors import EdgekitError
-    from edgekit.engine.pipeline import Sources
-
     trust = options.trust
     try:
         model = (sources or Sources()).open(m.path, m.source_options(trust))
@@ -224,6 +212,4 @@ def attribute_case(m: ModelCheck, c: Case, options: Options, float_path: str | N
 
 
 def _file_sha256(path: str) -> str | None:
-    from edgekit.core.artifact import sha256_files
-
     return sha256_files([path]) if Path(path).is_file() else None

@@ -12,10 +12,16 @@ around them.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import resource
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+from edgekit.core.deps import require
+from edgekit.engine.pipeline import Sources
+from edgekit.features.check.ray_pool import RayPool
 
 _state: dict = {}  # in a worker: its opened sources and its progress writer
 
@@ -37,11 +43,7 @@ def pool(executor: str, jobs: int, show_progress: bool, first_estimate: int, ray
     """The pool of `executor`: "local" (worker processes here) or "ray" (Ray tasks; edgekit[ray])."""
     if executor == "local":
         return Pool(jobs, show_progress, first_estimate)
-    from edgekit.core.deps import require
-
     require("ray", "check --executor ray")
-    from edgekit.features.check.ray_pool import RayPool
-
     # On a cluster, the tasks use the cache folder this process uses (a folder every node mounts shares it).
     shared = os.environ.get("EDGEKIT_CACHE_DIR") if ray_address else None
     return RayPool(ray_address, jobs, show_progress, first_estimate, out_dir=out_dir,
@@ -50,8 +52,6 @@ def pool(executor: str, jobs: int, show_progress: bool, first_estimate: int, ray
 
 class Pool:
     def __init__(self, jobs: int, show_progress: bool, first_estimate: int = 2 << 30):
-        import multiprocessing
-
         self.jobs = jobs
         threads = max(1, (os.cpu_count() or 1) // jobs)
         self._pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
@@ -105,11 +105,7 @@ def _start(threads: int, show_progress: bool, started: float) -> None:
 
 def _call(fn, args: tuple):
     """Run fn in this worker with its sources and progress; (the result, this worker's peak memory in bytes)."""
-    import resource
-
     if _state.get("sources") is None:
-        from edgekit.engine.pipeline import Sources
-
         _state["sources"] = Sources()
     value = fn(*args, sources=_state["sources"], progress=_state["say"])
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -1,241 +1,23 @@
-"""`edgekit report`: how big every artifact is, and why.
-
-For each artifact (a file, or every .tflite/.pte/.ptl/.onnx/.ort under a folder; the format is
-detected by content) the report gives:
-
-- its total bytes, side files included: ONNX external data, the `<stem>.required_operators.config`
-  beside an .ort, and `<artifact>.io.json` integer-I/O sidecars;
-- its precision: from the name edgekit gives non-fp32 artifacts (`<stem>.<precision>.<ext>`), else
-  from the inspection (int8 when int8 weights are at least half the weight bytes, fp16 when
-  float16 weights are, otherwise fp32);
-- its ratio to the fp32 artifact of the same stem and format (beside it), when there is one;
-- its ratio to the lower bound set by the parameter count: parameters (weight elements, from the
-  weight bytes by dtype) × bytes per element of its precision (4 fp32, 2 fp16, 1 int8);
-- its weight bytes by dtype, its op counts and its largest tensors (`inspect_artifact`).
-
-Renderers: `to_json` (schema "edgekit.report/1"), `to_markdown` (a PR comment), `to_html` (one
-self-contained page: inline CSS and an inline SVG bar chart, no scripts, no external resources)
-and `to_rich` (the terminal table). Importing this module imports no framework.
+"""`edgekit report`, the renderings of a `Report` (edgekit.features.report.build): `to_json` (schema
+"edgekit.report/1"), `to_markdown` (a PR comment), `to_html` (one self-contained page: inline CSS and
+an inline SVG bar chart, no scripts, no external resources) and `to_rich` (the terminal table).
+Importing this module imports no framework.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import re
-from dataclasses import dataclass, field
+import os
 from pathlib import Path
 
-from edgekit.core.errors import BadInput, reading
-from edgekit.core.formats import NAME_PRECISIONS, artifact_files, split_name
-from edgekit.core.quiet import captured
-from edgekit.targets import TARGETS
-from edgekit.targets.inspection import precision_from_inspection
+from rich.markup import escape
+from rich.table import Table
+
+from edgekit.features.report.build import ArtifactSize, Report
 
 SCHEMA = "edgekit.report/1"
-ARTIFACT_FORMATS = {t.format: t.extension for t in TARGETS.values()}  # in the targets' order
-SCAN_EXTENSIONS = frozenset(ARTIFACT_FORMATS.values())
-BYTES_PER_PARAM = {"fp32": 4, "fp16": 2, "int8": 1, "int8-dynamic": 1}
-DTYPE_BYTES = {
-    "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
-    "int64": 8, "uint64": 8, "int32": 4, "uint32": 4, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1,
-    "bool": 1, "int4": 0.5, "uint4": 0.5, "complex64": 8, "complex128": 16,
-}
 TOP_OPS = 6  # op types shown in the compact (table, Markdown) views
-
-
-@dataclass(frozen=True)
-class ArtifactSize:
-    path: str
-    format: str
-    precision: str
-    precision_source: str  # "name" or "inspection"
-    inspected_precision: str
-    stem: str
-    files: tuple[tuple[str, int], ...]  # (path, bytes), the artifact first
-    parameters: int
-    weight_bytes_by_dtype: dict[str, int]
-    int8_weight_share: float
-    op_counts: dict[str, int]
-    largest_tensors: tuple[dict, ...]
-    fp32_path: str | None = None
-    fp32_bytes: int | None = None
-    notes: tuple[str, ...] = ()
-
-    @property
-    def bytes(self) -> int:
-        return sum(n for _, n in self.files)
-
-    @property
-    def weight_bytes(self) -> int:
-        return sum(self.weight_bytes_by_dtype.values())
-
-    @property
-    def lower_bound_bytes(self) -> int:
-        return self.parameters * BYTES_PER_PARAM.get(self.precision, 4)
-
-    @property
-    def ratio_to_lower_bound(self) -> float | None:
-        return round(self.bytes / self.lower_bound_bytes, 4) if self.lower_bound_bytes else None
-
-    @property
-    def ratio_to_fp32(self) -> float | None:
-        return round(self.bytes / self.fp32_bytes, 4) if self.fp32_bytes else None
-
-    def to_json(self) -> dict:
-        return {
-            "path": self.path, "format": self.format, "precision": self.precision,
-            "precision_source": self.precision_source, "inspected_precision": self.inspected_precision,
-            "stem": self.stem, "bytes": self.bytes,
-            "files": [{"path": p, "bytes": n} for p, n in self.files],
-            "parameters": self.parameters, "lower_bound_bytes": self.lower_bound_bytes,
-            "ratio_to_lower_bound": self.ratio_to_lower_bound,
-            "fp32": {"path": self.fp32_path, "bytes": self.fp32_bytes} if self.fp32_path else None,
-            "ratio_to_fp32": self.ratio_to_fp32,
-            "weight_bytes": self.weight_bytes, "weight_bytes_by_dtype": dict(self.weight_bytes_by_dtype),
-            "int8_weight_share": self.int8_weight_share, "op_counts": dict(self.op_counts),
-            "largest_tensors": [{**t, "shape": list(t["shape"])} for t in self.largest_tensors],
-            "notes": list(self.notes),
-        }
-
-
-@dataclass(frozen=True)
-class Report:
-    artifacts: tuple[ArtifactSize, ...]
-    skipped: tuple[dict, ...] = ()  # {"path", "reason"}: files found in a folder that are not artifacts
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(a.bytes for a in self.artifacts)
-
-
-# ---------------------------------------------------------------------------------------------
-# building
-
-
-def build_report(paths) -> Report:
-    """Size report over `paths`: artifact files, or folders scanned (recursively) for artifacts."""
-    from edgekit.core.formats import detect
-
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    found: list[tuple[Path, str]] = []
-    skipped: list[dict] = []
-    seen: set[Path] = set()
-    for given in paths:
-        p = Path(given)
-        if p.is_dir():
-            candidates = sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() in SCAN_EXTENSIONS
-                                and not any(part.startswith(".") for part in q.relative_to(p).parts))
-            for q in candidates:
-                if q.resolve() in seen:
-                    continue
-                try:
-                    fmt = detect(q)
-                except BadInput as e:
-                    skipped.append({"path": str(q), "reason": e.message})
-                    continue
-                if fmt not in ARTIFACT_FORMATS:
-                    skipped.append({"path": str(q), "reason": f"a {fmt} file, not an edge artifact"})
-                    continue
-                seen.add(q.resolve())
-                found.append((q, fmt))
-        elif p.exists():
-            fmt = detect(p)  # a clear BadInput for a damaged or unrecognised file
-            if fmt not in ARTIFACT_FORMATS:
-                raise BadInput(f"{p} is a {fmt} model, not an edge artifact",
-                               fix="give .tflite, .pte, .ptl, .onnx or .ort files, or folders holding them")
-            if p.resolve() not in seen:
-                seen.add(p.resolve())
-                found.append((p, fmt))
-        else:
-            raise BadInput(f"not found: {p}", fix="give artifact files or folders holding them")
-    notes = []
-    if not found:
-        notes.append("no artifacts found (.tflite, .pte, .ptl, .onnx, .ort)")
-    sizes = sorted((_measure(p, fmt) for p, fmt in found), key=_order)
-    return Report(tuple(_link_fp32(sizes)), tuple(skipped), tuple(notes))
-
-
-def _order(a: "ArtifactSize") -> tuple:
-    rank = {p: i for i, p in enumerate(NAME_PRECISIONS)}
-    return (str(Path(a.path).parent), a.stem, list(ARTIFACT_FORMATS).index(a.format), rank.get(a.precision, 9), a.path)
-
-
-def parameter_count(weight_bytes_by_dtype: dict[str, int]) -> int:
-    total = 0.0
-    for dtype, n in weight_bytes_by_dtype.items():
-        total += n / _dtype_size(dtype)
-    return int(round(total))
-
-
-def _dtype_size(dtype: str) -> float:
-    d = dtype.lower().removeprefix("torch.")
-    if d in DTYPE_BYTES:
-        return DTYPE_BYTES[d]
-    bits = re.search(r"(\d+)", d)
-    return max(int(bits.group(1)) / 8, 0.125) if bits else 1
-
-
-def _measure(path: Path, fmt: str) -> ArtifactSize:
-    from edgekit.targets.inspection import inspect_artifact
-
-    with reading(path, f"the .{fmt} artifact"), captured():  # the frameworks' import chatter stays off stderr
-        files = tuple((f, Path(f).stat().st_size) for f in artifact_files(fmt, path))  # refuses data outside
-        ins = inspect_artifact(fmt, str(path))
-    stem, named = split_name(path)
-    inspected = precision_from_inspection(ins.weight_bytes_by_dtype, ins.int8_weight_share)
-    notes = []
-    if named is not None:
-        precision, source = named, "name"
-        base = "int8" if named.startswith("int8") else named
-        if base != inspected:
-            notes.append(f"named {named} but its weights look {inspected}")
-    else:
-        precision, source = inspected, "inspection"
-    return ArtifactSize(
-        path=str(path), format=fmt, precision=precision, precision_source=source, inspected_precision=inspected,
-        stem=stem, files=files, parameters=parameter_count(ins.weight_bytes_by_dtype),
-        weight_bytes_by_dtype=dict(ins.weight_bytes_by_dtype), int8_weight_share=ins.int8_weight_share,
-        op_counts=dict(ins.op_counts), largest_tensors=tuple(ins.largest_tensors), notes=tuple(notes),
-    )
-
-
-def _link_fp32(sizes: list[ArtifactSize]) -> list[ArtifactSize]:
-    """Attach to each non-fp32 artifact the fp32 artifact of the same folder, stem and format."""
-    from dataclasses import replace
-
-    from edgekit.core.formats import detect
-
-    fp32 = {(str(Path(a.path).resolve().parent), a.stem, a.format): a for a in sizes if a.precision == "fp32"}
-    out = []
-    for a in sizes:
-        if a.precision == "fp32":
-            out.append(a)
-            continue
-        key = (str(Path(a.path).resolve().parent), a.stem, a.format)
-        ref = fp32.get(key)
-        if ref is not None:
-            out.append(replace(a, fp32_path=ref.path, fp32_bytes=ref.bytes))
-            continue
-        # not in the report: edgekit's fp32 artifact beside it, <stem>.<ext> (fp32 by its name)
-        sibling = Path(a.path).with_name(a.stem + ARTIFACT_FORMATS[a.format])
-        try:
-            same = (sibling.is_file() and sibling.resolve() != Path(a.path).resolve()
-                    and detect(sibling) == a.format)
-        except BadInput:
-            same = False
-        if same:
-            n = sum(Path(f).stat().st_size for f in artifact_files(a.format, sibling))
-            out.append(replace(a, fp32_path=str(sibling), fp32_bytes=n))
-        else:
-            out.append(a)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# rendering
 
 
 def size_text(n: float | None) -> str:
@@ -275,9 +57,26 @@ def to_json(report: Report) -> dict:
     return {
         "schema": SCHEMA,
         "total_bytes": report.total_bytes,
-        "artifacts": [a.to_json() for a in report.artifacts],
+        "artifacts": [artifact_json(a) for a in report.artifacts],
         "skipped": [dict(s) for s in report.skipped],
         "notes": list(report.notes),
+    }
+
+
+def artifact_json(a: ArtifactSize) -> dict:
+    return {
+        "path": a.path, "format": a.format, "precision": a.precision,
+        "precision_source": a.precision_source, "inspected_precision": a.inspected_precision,
+        "stem": a.stem, "bytes": a.bytes,
+        "files": [{"path": p, "bytes": n} for p, n in a.files],
+        "parameters": a.parameters, "lower_bound_bytes": a.lower_bound_bytes,
+        "ratio_to_lower_bound": a.ratio_to_lower_bound,
+        "fp32": {"path": a.fp32_path, "bytes": a.fp32_bytes} if a.fp32_path else None,
+        "ratio_to_fp32": a.ratio_to_fp32,
+        "weight_bytes": a.weight_bytes, "weight_bytes_by_dtype": dict(a.weight_bytes_by_dtype),
+        "int8_weight_share": a.int8_weight_share, "op_counts": dict(a.op_counts),
+        "largest_tensors": [{**t, "shape": list(t["shape"])} for t in a.largest_tensors],
+        "notes": list(a.notes),
     }
 
 
@@ -297,8 +96,6 @@ def _summary_row(a: ArtifactSize, name: str | None = None, ops: int = TOP_OPS) -
 
 def display_names(report: Report) -> tuple[str, dict[str, str]]:
     """(common folder, {path: path relative to it}) for compact tables."""
-    import os
-
     paths = [a.path for a in report.artifacts]
     if not paths:
         return "", {}
@@ -341,9 +138,6 @@ def to_markdown(report: Report) -> str:
 
 def to_rich(report: Report):
     """Renderables for a rich console: the summary table, then the largest tensors."""
-    from rich.markup import escape
-    from rich.table import Table
-
     folder, names = display_names(report)
     table = Table(title=f"edgekit size report — {folder}", header_style="bold", show_header=True,
                   caption=f"total {size_text(report.total_bytes)}; vs lower bound = size / (parameters × "
