@@ -34,6 +34,7 @@ MANIFEST: dict[str, str] = {
     "tf_to_onnx": "edgekit.converters.tf_to_onnx:TfToOnnx",
 }
 ENTRY_POINT_GROUP = "edgekit.converters"
+CARRIED = ("int8_types",)  # facts about the quantized model that the later steps of its route keep
 
 
 def node_of(fmt: str) -> str:
@@ -121,6 +122,7 @@ class Converter:
             "seconds": round(src.meta.get("seconds", 0) + time.perf_counter() - started, 3),  # whole route
             "tool_versions": {**out.meta.get("tool_versions", {}), **versions(self.tools)},
             "route": [*src.meta.get("route", [src.format]), out.format],
+            **{k: src.meta[k] for k in CARRIED if k in src.meta and k not in out.meta},
         })
 
     def _ensure(self, out: ModelArtifact) -> None:

@@ -1,6 +1,9 @@
 """onnx → onnx at int8, int8-dynamic or fp16 with onnxruntime's quantization tools.
 
-Static int8 is QDQ with per-channel int8 weights and int8 activations, after `quant_pre_process`.
+Static int8 is QDQ with per-channel int8 weights and int8 activations, after `quant_pre_process` —
+on a CPU where ONNX Runtime's int8 products saturate (x86-64 without VNNI, see edgekit.core.cpu),
+uint8 activations and uint8 weights instead, the remedy onnxruntime's quantization guide gives; the
+artifact records which (`int8_types`) and the types decide the dtype of integer I/O.
 Calibration methods map onto onnxruntime's calibrators: minmax → MinMax, percentile → Percentile,
 entropy → Entropy (histogram of 2048 bins). onnxruntime has no MSE calibrator, so mse is refused.
 
@@ -20,6 +23,7 @@ import numpy as np
 from edgekit.calibration import onnx_bias_correction, smooth_quant
 from edgekit.core import io_params
 from edgekit.core.artifact import ModelArtifact
+from edgekit.core.cpu import int8_products_saturate
 from edgekit.calibration.methods import mixed_scale
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.core.formats import onnx_files
@@ -61,16 +65,23 @@ class OnnxQuantize(Converter):
 
         prepared = ctx.work_dir / f"{out_path.stem}.pre.onnx"
         _pre_process(_fixed_shapes(Path(src.path), src, ctx.work_dir), prepared, ctx.work_dir)
-        if precision == "int8-dynamic":
-            quantize_dynamic(str(prepared), str(out_path), per_channel=True, weight_type=QuantType.QInt8)
+        unsigned = int8_products_saturate()
+        if precision == "int8-dynamic":  # activations are uint8 at run time: only the weights' type is chosen
+            quantize_dynamic(str(prepared), str(out_path), per_channel=True,
+                             weight_type=QuantType.QUInt8 if unsigned else QuantType.QInt8)
+            types = {"activations": "uint8", "weights": "uint8" if unsigned else "int8"}
         else:
-            self._static(prepared, out_path, src, ctx)
+            self._static(prepared, out_path, src, ctx, QuantType.QUInt8 if unsigned else QuantType.QInt8)
             if ctx.spec.int8_io:
                 files.append(str(_integer_io(out_path, src)))
+            types = {"activations": "uint8" if unsigned else "int8", "weights": "uint8" if unsigned else "int8"}
+        if unsigned:
+            types["why"] = "this CPU (x86-64 without VNNI) saturates onnxruntime's uint8 × int8 products"
         prepared.unlink()
-        return ModelArtifact("onnx", str(out_path), src.signature, precision, files=tuple(files))
+        return ModelArtifact("onnx", str(out_path), src.signature, precision, files=tuple(files),
+                             meta={"int8_types": types})
 
-    def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext) -> None:
+    def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext, qtype) -> None:
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
         from onnxruntime.quantization import create_calibrator, save_tensors_data
@@ -106,7 +117,7 @@ class OnnxQuantize(Converter):
         quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
                         nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed,
                         quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
-                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        activation_type=qtype, weight_type=qtype,
                         calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
         if int16:
             _keep_metadata(prepared, out_path)
@@ -420,17 +431,20 @@ class _Reader:
 
 def _integer_io(path: Path, src: ModelArtifact) -> Path:
     """Remove the QuantizeLinear after each graph input and the DequantizeLinear before each
-    output, so the model takes and returns int8; record their scale/zero-point beside it."""
+    output, so the model takes and returns integers (int8, or uint8 where the quantizer chose it); record
+    their scale/zero-point beside it."""
     import onnx
-    from onnx import TensorProto, numpy_helper
+    from onnx import numpy_helper
+    from onnx.helper import np_dtype_to_tensor_dtype
 
     model = onnx.load(str(path))
     graph = model.graph
     consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
 
     def params(name, node):
-        return {"name": name, "dtype": "int8", "scale": float(consts[node.input[1]]),
-                "zero_point": int(consts[node.input[2]])}
+        zero_point = consts[node.input[2]]
+        return {"name": name, "dtype": str(zero_point.dtype), "scale": float(consts[node.input[1]]),
+                "zero_point": int(zero_point)}
 
     inputs, outputs = [], []
     for spec, graph_input in zip(src.signature.inputs, [i for i in graph.input if i.name not in consts]):
@@ -441,7 +455,7 @@ def _integer_io(path: Path, src: ModelArtifact) -> Path:
         for node in graph.node:
             node.input[:] = [graph_input.name if x == quant[0].output[0] else x for x in node.input]
         inputs.append(params(spec.name, quant[0]))
-        graph_input.type.tensor_type.elem_type = TensorProto.INT8
+        graph_input.type.tensor_type.elem_type = np_dtype_to_tensor_dtype(consts[quant[0].input[2]].dtype)
         graph.node.remove(quant[0])
     for spec, graph_output in zip(src.signature.outputs, graph.output):
         deq = [n for n in graph.node if n.op_type == "DequantizeLinear" and n.output[0] == graph_output.name]
@@ -454,7 +468,7 @@ def _integer_io(path: Path, src: ModelArtifact) -> Path:
                 node.output[:] = [graph_output.name if x == produced else x for x in node.output]
                 node.input[:] = [graph_output.name if x == produced else x for x in node.input]
         outputs.append(params(spec.name, deq[0]))
-        graph_output.type.tensor_type.elem_type = TensorProto.INT8
+        graph_output.type.tensor_type.elem_type = np_dtype_to_tensor_dtype(consts[deq[0].input[2]].dtype)
         graph.node.remove(deq[0])
     onnx.checker.check_model(model)
     onnx.save(model, str(path))

@@ -28,6 +28,7 @@ import diskcache
 
 import edgekit
 from edgekit.core.artifact import ModelArtifact, sha256_files
+from edgekit.core.cpu import int8_products_saturate
 from edgekit.core.deps import DISTRIBUTIONS, versions
 from edgekit.core.errors import BadInput
 from edgekit.core.formats import artifact_files, detect
@@ -173,6 +174,7 @@ def request_key(plan) -> dict:
         raise Uncacheable(f"the model is built by code (--model-class {options.model_class})")
     return {
         "schema": KEY_SCHEMA, "edgekit": code_fingerprint(), "tools": versions(tuple(DISTRIBUTIONS)),
+        "int8_products_saturate": int8_products_saturate(),  # decides the ONNX int8 types (edgekit.core.cpu)
         "source": _data_key(req.source, "the source model"), "source_format": plan.source_format,
         "source_options": {"input_shapes": list(options.input_shapes), "trust_pickle": options.trust_pickle,
                            "trust_model_code": options.trust_model_code,

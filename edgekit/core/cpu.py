@@ -1,0 +1,31 @@
+"""What this machine's CPU does to int8 arithmetic in the runtimes that verify artifacts.
+
+On x86-64 without VNNI (AVX2 or AVX-512 alone), ONNX Runtime multiplies uint8 activations by int8
+weights with VPMADDUBSW, which adds each pair of products into an int16 and saturates: a layer whose
+activations and weights both span their ranges loses whole bits of its result (int8 activations are
+shifted to uint8 first, so int8 × int8 saturates too). ONNX Runtime's quantization guide names the
+remedy: uint8 activations with uint8 weights (no saturation), or 7-bit weights (`reduce_range`).
+With VNNI (VPDPBUSD) and on ARM the products are summed in int32 and nothing saturates.
+"""
+
+from __future__ import annotations
+
+import functools
+import platform
+
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+
+
+@functools.cache
+def int8_products_saturate() -> bool:
+    """True on an x86-64 CPU without VNNI, where ONNX Runtime's uint8 × int8 kernels saturate."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+    except OSError:
+        flags = None
+    if flags is None:  # not Linux: assume the kernels can saturate (uint8 × uint8 is right everywhere)
+        return True
+    return not any(flag in flags for flag in VNNI_FLAGS)
