@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import onnx
@@ -12,6 +13,7 @@ from edgekit.core.artifact import ModelArtifact
 from edgekit.core.errors import BadInput, ConversionFailed
 from edgekit.sources.loading import SourceOptions
 from edgekit.engine.pipeline import ConvertRequest, convert
+from edgekit.engine import pipeline, runners
 from edgekit.engine.runners import run_isolated
 from edgekit.core.signature import Signature, TensorSpec
 from tests.conftest import DIGITS, DIGITS_EVAL
@@ -74,6 +76,37 @@ def test_runners_reproduce_the_source_outputs_in_child_processes(converted_digit
         (got,), _ = run_isolated(r.artifact, {"x": x})
         assert got.shape == (8, 1, 10)
         np.testing.assert_allclose(got, expected, atol=1e-4, err_msg=r.target)
+
+
+def _maps(pid: int) -> str:
+    with open(f"/proc/{pid}/maps") as f:
+        return f.read()
+
+
+def test_a_runtime_worker_imports_its_runtime_before_its_first_job():
+    runners.close_workers()
+    runners.start_workers({"onnx"})
+    worker = runners._WORKERS["onnx"]
+    deadline = time.monotonic() + 120
+    while "onnxruntime_pybind11_state" not in _maps(worker.proc.pid):  # ONNX Runtime's native library
+        assert worker.alive and time.monotonic() < deadline, "the onnx worker never loaded ONNX Runtime"
+        time.sleep(0.2)
+    assert runners._WORKERS["onnx"] is worker  # no job has been sent: the import happened at start
+
+
+def test_convert_starts_the_runtime_workers_before_it_opens_the_source(tmp_path, monkeypatch):
+    runners.close_workers()
+    workers_at_open = {}
+    open_source = pipeline.open_source
+
+    def spy(location, options):
+        workers_at_open.update({fmt: w.alive for fmt, w in runners._WORKERS.items()})
+        return open_source(location, options)
+
+    monkeypatch.setattr(pipeline, "open_source", spy)
+    result = convert(ConvertRequest(str(DIGITS), ("tflite", "onnx"), str(tmp_path), eval_data=str(DIGITS_EVAL)))
+    assert all(r.verdict.status == "pass" for r in result.artifacts)
+    assert workers_at_open == {"tflite": True, "onnx": True}
 
 
 def test_a_damaged_artifact_fails_in_its_runtime_not_in_edgekit(converted_digits, tmp_path):

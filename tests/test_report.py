@@ -232,7 +232,7 @@ def _bars(rgb, colors: dict[str, tuple[int, int, int]], min_run: int = 20) -> li
 def test_html_page_renders_its_chart_in_a_browser(artifacts, tmp_path, report):
     """The page from `edgekit report --html`, as Chromium draws it: one bar per artifact, in order, in the
     colour of its precision, as long as its size says, above the summary table."""
-    from edgekit.features.report import _COLORS
+    from edgekit.features.report.render import _COLORS
 
     page, png, size = tmp_path / "sizes.html", tmp_path / "sizes.png", (1280, 1000)
     proc = run_cli("report", artifacts, "--html", page)

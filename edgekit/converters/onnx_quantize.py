@@ -66,15 +66,15 @@ class OnnxQuantize(Converter):
         prepared = ctx.work_dir / f"{out_path.stem}.pre.onnx"
         _pre_process(_fixed_shapes(Path(src.path), src, ctx.work_dir), prepared, ctx.work_dir)
         unsigned = int8_products_saturate()
+        kind, qtype = ("uint8", QuantType.QUInt8) if unsigned else ("int8", QuantType.QInt8)
         if precision == "int8-dynamic":  # activations are uint8 at run time: only the weights' type is chosen
-            quantize_dynamic(str(prepared), str(out_path), per_channel=True,
-                             weight_type=QuantType.QUInt8 if unsigned else QuantType.QInt8)
-            types = {"activations": "uint8", "weights": "uint8" if unsigned else "int8"}
+            quantize_dynamic(str(prepared), str(out_path), per_channel=True, weight_type=qtype)
+            types = {"activations": "uint8", "weights": kind}
         else:
-            self._static(prepared, out_path, src, ctx, QuantType.QUInt8 if unsigned else QuantType.QInt8)
+            self._static(prepared, out_path, src, ctx, qtype)
             if ctx.spec.int8_io:
                 files.append(str(_integer_io(out_path, src)))
-            types = {"activations": "uint8" if unsigned else "int8", "weights": "uint8" if unsigned else "int8"}
+            types = {"activations": kind, "weights": kind}
         if unsigned:
             types["why"] = "this CPU (x86-64 without VNNI) saturates onnxruntime's uint8 × int8 products"
         prepared.unlink()

@@ -19,13 +19,23 @@ VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
 @functools.cache
 def int8_products_saturate() -> bool:
     """True on an x86-64 CPU without VNNI, where ONNX Runtime's uint8 × int8 kernels saturate."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), None)
+            cpuinfo = f.read()
     except OSError:
-        flags = None
-    if flags is None:  # not Linux: assume the kernels can saturate (uint8 × uint8 is right everywhere)
+        cpuinfo = None
+    return saturates(platform.machine(), cpuinfo)
+
+
+def saturates(machine: str, cpuinfo: str | None) -> bool:
+    """The rule behind int8_products_saturate, for a machine name and the text of /proc/cpuinfo (None
+    where there is none: not Linux, where the kernels are assumed to saturate, as uint8 × uint8 is
+    right everywhere)."""
+    if machine.lower() not in ("x86_64", "amd64"):
+        return False
+    if cpuinfo is None:
+        return True
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), None)
+    if flags is None:
         return True
     return not any(flag in flags for flag in VNNI_FLAGS)

@@ -47,6 +47,11 @@ def missing_modules(modules: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def available(extra: str) -> bool:
+    """Whether every module of `extra` can be imported here (nothing is imported to find out)."""
+    return not missing_modules(EXTRAS[extra])
+
+
 def require(extra: str, what: str) -> None:
     """Raise MissingDependency naming the pip command when `extra`'s modules are missing."""
     missing = missing_modules(EXTRAS[extra])

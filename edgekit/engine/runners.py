@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.core.artifact import ModelArtifact
-from edgekit.core.deps import EXTRAS, missing_modules, require
+from edgekit.core.deps import available, require
 from edgekit.core.errors import ConversionFailed
 from edgekit.core.quiet import captured, private_dir
 from edgekit.core.signature import Signature
@@ -119,7 +119,7 @@ def start_workers(formats) -> None:
     """Start the workers of `formats` now (those whose runtime is installed), so that each imports its
     runtime while this process opens the source and converts; the first artifact then runs at once."""
     for fmt in formats:
-        if not missing_modules(EXTRAS[by_format(fmt).extra]):
+        if available(by_format(fmt).extra):
             _worker(fmt)
 
 

@@ -8,7 +8,6 @@ table. Importing this package imports no framework.
 
 from edgekit.features.report.build import ArtifactSize, Report, build_report
 from edgekit.features.report.render import SCHEMA, to_html, to_json, to_json_text, to_markdown, to_rich
-from edgekit.features.report.render import _COLORS  # noqa: F401  (tests/test_report.py reads the chart's colours here)
 
 __all__ = ["SCHEMA", "ArtifactSize", "Report", "build_report", "to_html", "to_json", "to_json_text", "to_markdown",
            "to_rich"]
