@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.edgekit-installed
 
-.PHONY: setup browser demo test test-fast bench bench-int8 bench-int8-search samples clean fuzz
+.PHONY: setup browser demo test test-fast bench bench-int8 bench-int8-search samples clean fuzz wheel-check
 
 setup: $(STAMP)
 
@@ -33,6 +33,20 @@ test: setup browser
 
 test-fast: setup
 	$(BIN)/python -m pytest -m "not slow"
+
+# The wheel as a user gets it: built from a copy of the sources in a temporary folder (nothing is written into
+# the checkout), installed with every extra into a fresh virtual environment, and run from there.
+wheel-check: setup
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	mkdir "$$tmp/src"; tar -c --exclude=__pycache__ pyproject.toml README.md edgekit | tar -x -C "$$tmp/src"; \
+	$(BIN)/python -m build --wheel --outdir "$$tmp/dist" "$$tmp/src"; \
+	wheel=$$(ls "$$tmp"/dist/edgekit-*.whl); \
+	$(BIN)/python -m venv "$$tmp/venv"; \
+	echo "wheel-check: installing $$(basename "$$wheel")[all] into a fresh virtual environment"; \
+	"$$tmp/venv/bin/python" -m pip install --quiet "$$wheel[all]"; \
+	cd "$$tmp"; venv/bin/edgekit --help; venv/bin/edgekit graph; \
+	venv/bin/edgekit graph --json | venv/bin/python -c 'import json, sys; missing = [e["name"] for e in json.load(sys.stdin)["edges"] if not e["available"]]; sys.exit(f"wheel-check: [all] left converters uninstalled: {missing}" if missing else 0)'; \
+	echo "wheel-check: $$(basename "$$wheel") installs with [all] and runs"
 
 bench: setup
 	$(BIN)/python bench/bench_convert.py

@@ -233,7 +233,10 @@ def convert_ort(ep, args, precision, calib, path, name):
 
     onnx_path = path.with_suffix(".onnx")
     convert_onnx(ep, args, precision, calib, onnx_path, name)
-    convert_onnx_models_to_ort(onnx_path, output_dir=path.parent, optimization_styles=[OptimizationStyle.Fixed])
+    # for phones, as edgekit makes it (and ONNX Runtime's mobile guide says): on an x86 host an .ort
+    # optimized for x86 runs other kernels, and its verification would time other work
+    convert_onnx_models_to_ort(onnx_path, output_dir=path.parent, optimization_styles=[OptimizationStyle.Fixed],
+                               target_platform="arm")
     produced = next(path.parent.glob(f"{onnx_path.stem}*.ort"))
     produced.rename(path)
 

@@ -1,33 +1,324 @@
-"""edgekit: PyTorch models to LiteRT/TFLite, ExecuTorch and ONNX, each proven in its own runtime.
+"""edgekit: PyTorch, TensorFlow/Keras and ONNX models to LiteRT/TFLite, ExecuTorch, ONNX, ONNX Runtime's mobile
+format and PyTorch Mobile, each artifact proven in its own runtime.
 
-Importing edgekit loads no framework; torch, litert, executorch and onnxruntime are imported
-by the converter or runner that needs them.
+The Python API is the two main commands in Python form:
+
+    import edgekit
+
+    result = edgekit.convert("model.pt2", ["tflite"], int8=True, calibration="calib.npz", eval_data="eval.npz")
+    result.artifacts[0].verdict.status          # "pass" or "fail", with .metrics and .reasons
+    checked = edgekit.check("edgekit.toml", jobs=2)
+    checked.failed                              # the cases that broke a budget; .to_json(), .to_junit()
+
+`convert` returns a `ConvertResult` (an `ArtifactResult` per target), `check` a `CheckResult` (a `Case` per
+model × target × precision). What was given is checked before any work: a bad keyword or value, a missing
+file or a damaged model raises `BadInput` (the command line's exit 2), a converter or runtime that fails
+`ConversionFailed` (exit 3), a missing extra `MissingDependency` (exit 4); all three are `EdgekitError`s
+with `.message` and `.fix`. A failed verdict or a broken budget is a result, not an exception.
+
+Importing edgekit loads no framework (nor numpy): torch, litert, executorch and onnxruntime are imported by
+the converter or runner that needs them, and the result types when first used.
 """
 
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING
+
 from edgekit.core.artifact import ModelArtifact
-from edgekit.core.errors import BadInput, ConversionFailed, EdgekitError, MissingDependency
+from edgekit.core.errors import BadInput, ConversionFailed, EdgekitError, MissingDependency, environment_error
 from edgekit.core.formats import detect
+from edgekit.core.quiet import private_temp
 from edgekit.core.signature import Signature, TensorSpec
+
+if TYPE_CHECKING:
+    from edgekit.core.results import ArtifactResult, ConvertResult
+    from edgekit.features.check import Case, CheckResult
 
 __version__ = "0.1.0"
 __all__ = [
+    "ArtifactResult",
     "BadInput",
+    "Case",
+    "CheckResult",
     "ConversionFailed",
+    "ConvertResult",
     "EdgekitError",
     "MissingDependency",
     "ModelArtifact",
     "Signature",
     "TensorSpec",
+    "check",
     "convert",
     "detect",
 ]
 
+# The command line's spelling of an option (or an old keyword) → the keyword that means it here.
+_SPELLED = {"target": "targets", "t": "targets", "eval": "eval_data", "calib": "calibration",
+            "threshold": "thresholds", "budget": "budgets", "input_shape": "input_shapes", "out_dir": "out",
+            "o": "out", "p": "precision", "no_cache": "cache", "overrides": "keep", "j": "jobs",
+            "junit": None, "markdown": None, "as_json": None, "json": None}
+_WHERE = {"junit": "write result.to_junit() to a file", "markdown": "write result.to_markdown() to a file",
+          "as_json": "call result.to_json()", "json": "call result.to_json()"}
 
-def convert(source: str, targets=("all",), **options):
-    """Convert `source` to `targets`, verify each artifact in its runtime; see ConvertRequest."""
-    from edgekit.engine.pipeline import ConvertRequest, convert as run  # local: keeps the engine (~0.4 s) off `import edgekit`
-    from edgekit.sources.loading import SourceOptions  # local: keeps the sources off `import edgekit`, which every command runs
 
-    source_keys = {"trust_pickle", "model_class", "input_shapes", "example_inputs", "trust_model_code"}
-    src_opts = SourceOptions(**{k: options.pop(k) for k in list(options) if k in source_keys})
-    return run(ConvertRequest(source, tuple(targets), source_options=src_opts, **options))
+def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, out: str | os.PathLike = "edgekit-out",
+            precision: str = "fp32", int8: bool = False, calibration: str | os.PathLike | None = None,
+            calib_samples: int | None = None, calib_method: str = "minmax", calib_preprocess: str | None = None,
+            eval_data: str | os.PathLike | None = None, thresholds: Mapping[str, float] | None = None,
+            int8_io: bool = False, bias_correction: bool = False, smooth_quant: bool = False,
+            granularity: str = "per-channel", keep: Mapping[str, str] | Iterable[str] | None = None,
+            budgets: Mapping[str, float] | None = None, min_int8_share: float = 0.8, max_steps: int = 8,
+            input_shapes: Mapping[str, Iterable[int]] | Iterable[str] | None = None,
+            example_inputs: str | os.PathLike | None = None, model_class: str | None = None,
+            trust_pickle: bool = False, trust_model_code: bool = False, cache: bool = False,
+            progress: Callable[[str], object] | None = None, **unknown) -> ConvertResult:
+    """Convert `source` to each of `targets`, verify every artifact in its own runtime, place it in `out`.
+
+    `edgekit convert` in Python form; each keyword is the command line's option of that name:
+
+    - `source`: a .pt2/.pt file, a `module:factory`, a SavedModel folder, a .keras/.h5 or an .onnx file.
+    - `targets`: "tflite", "executorch" (or "pte"), "onnx", "ort", "ptl", a list of them, or "all".
+    - `precision`: "fp32", "fp16", "int8" (static, calibrated) or "int8-dynamic"; `int8=True` is "int8".
+    - `calibration`: the calibration data as a path (an .npz, a folder of .npy files or images), a
+      "module:function", or "random"; `calib_samples` uses the first N, `calib_method` is minmax,
+      percentile, mse, entropy or auto, `calib_preprocess` reads image folders ("size=32x32,scale=1/255").
+    - `eval_data`: an .npz of inputs (and optional `labels`) to verify on; without it, held-out calibration
+      samples or seeded random inputs (a warning in the result says which).
+    - `thresholds`: {metric: limit} overriding verification thresholds, e.g. {"cosine": 0.999}.
+    - int8 only: `int8_io`, `bias_correction`, `smooth_quant`, `granularity` ("per-channel" or
+      "per-tensor"), `keep` ({layer: "float" or "int16"}, or a list of layers kept float), and `budgets`
+      ({metric: limit}: keep the fewest layers back until they hold) with `min_int8_share` and `max_steps`.
+    - `input_shapes` ({input: (1, 3, 224, 224)}), `example_inputs` (.npz), `model_class` ("module:Class"
+      for a state_dict), `trust_pickle`, `trust_model_code`: how to open the source, as on the command line.
+    - `cache=True` places results from the artifact cache and stores new ones (off by default here);
+      `progress` receives one line per step (e.g. `progress=print`).
+
+    Returns a `ConvertResult`: `.artifacts` (an `ArtifactResult` per target: `.target`, `.artifact.path`,
+    `.bytes`, `.verdict.status` "pass" or "fail", `.verdict.metrics`, `.verdict.reasons`), `.warnings`,
+    `.failed` and `.to_json()` (the `edgekit convert --json` document, but an exact match's `sqnr_db` stays
+    `inf` where the command line writes null). Raises `BadInput` for anything given that cannot be used,
+    before any conversion starts.
+    """
+    _refuse_unknown(convert, unknown)
+    from edgekit.calibration.sources import CalibrationSpec  # local: keeps the engine (~0.4 s) off `import edgekit`
+    from edgekit.converters.base import PRECISIONS  # local: as above
+    from edgekit.core.quant import GRANULARITIES, parse_overrides  # local: as above
+    from edgekit.engine.cache import ArtifactCache  # local: as above
+    from edgekit.engine.pipeline import ConvertRequest, convert as run  # local: as above
+    from edgekit.engine.search import parse_budgets  # local: as above
+    from edgekit.sources.loading import SourceOptions  # local: as above
+
+    _flags(int8=int8, int8_io=int8_io, bias_correction=bias_correction, smooth_quant=smooth_quant,
+           trust_pickle=trust_pickle, trust_model_code=trust_model_code, cache=cache)
+    if int8:
+        if precision not in ("fp32", "int8"):
+            raise BadInput(f"int8=True contradicts precision={precision!r}", fix="give one of them")
+        precision = "int8"
+    if precision not in PRECISIONS:
+        raise BadInput(f"unknown precision={precision!r}", fix=f"use one of {', '.join(PRECISIONS)}")
+    if not isinstance(granularity, str) or granularity.replace("-", "_") not in GRANULARITIES:
+        raise BadInput(f"unknown granularity={granularity!r}", fix="use 'per-channel' or 'per-tensor'")
+    if calib_samples is not None and (isinstance(calib_samples, bool) or not isinstance(calib_samples, int)):
+        raise BadInput(f"calib_samples={calib_samples!r} is not a number of samples", fix="give an int, or None for all")
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
+        raise BadInput(f"max_steps={max_steps!r} is not a count of conversions", fix="give an int of 0 or more")
+    if isinstance(min_int8_share, bool) or not isinstance(min_int8_share, (int, float)):
+        raise BadInput(f"min_int8_share={min_int8_share!r} is not a number", fix="give a number from 0 to 1")
+    if calibration is None and (calib_samples is not None or calib_preprocess is not None):
+        raise BadInput("calib_samples and calib_preprocess need calibration=", fix="give the calibration data too")
+    _progress(progress)
+    _out_folder(out)
+    spec = None
+    if isinstance(calibration, CalibrationSpec):
+        spec = calibration
+    elif calibration is not None:
+        spec = CalibrationSpec(_path(calibration, "calibration"), calib_samples, calib_preprocess)
+    request = ConvertRequest(
+        source=_path(source, "source"), targets=_names(targets), out_dir=os.fspath(out), precision=precision,
+        calibration=spec, calib_method=calib_method, int8_io=int8_io, bias_correction=bias_correction,
+        smooth_quant=smooth_quant, eval_data=_path(eval_data, "eval_data") if eval_data is not None else None,
+        thresholds=_thresholds(thresholds),
+        source_options=SourceOptions(trust_pickle, model_class, _shapes(input_shapes),
+                                     _path(example_inputs, "example_inputs") if example_inputs is not None else None,
+                                     trust_model_code),
+        granularity=granularity.replace("-", "_"), overrides=parse_overrides(_keep(keep)),
+        budgets=parse_budgets(_mapping(budgets, "budgets", {"cosine": 0.99})), min_int8_share=float(min_int8_share),
+        max_steps=max_steps,
+    )
+    with _as_a_command():
+        return run(request, progress=progress, cache=ArtifactCache() if cache else None)
+
+
+def check(config: str | os.PathLike = "edgekit.toml", *, out: str | os.PathLike = "edgekit-check", jobs: int = 1,
+          executor: str = "local", ray_address: str | None = None, attribution: str = "failing",
+          baseline: str | os.PathLike | None = None, update_baseline: bool = False, trust_pickle: bool = False,
+          trust_model_code: bool = False, cache: bool = False, progress: Callable[[str], object] | None = None,
+          **unknown) -> CheckResult:
+    """Convert and verify every model × target × precision the check config lists, and judge each against
+    its budgets: `edgekit check` in Python form (see the README's "CI gate" for the config).
+
+    - `config`: the TOML config; `out`: the folder for the artifacts (each model under `<name>/<precision>/`).
+    - `jobs`: worker processes (or Ray tasks at once with `executor="ray"`, on a local Ray instance or the
+      cluster at `ray_address`); the results are those of one worker.
+    - `attribution`: rank the layers of "failing" int8 cases (default), "all" or "none" by SQNR lost.
+    - `baseline`: the baseline JSON (default: edgekit.baseline.json beside the config), compared with when
+      it exists; `update_baseline=True` writes this run's results there instead.
+    - `trust_pickle`, `trust_model_code`: as on the command line (a config never grants trust).
+    - `cache=True` uses the artifact cache (off by default here); `progress` receives one line per step
+      (with `jobs` > 1 the workers' lines go to stderr).
+
+    Returns a `CheckResult`: `.cases` (a `Case` each: `.name`, `.status`, `.reasons`, `.metrics`, `.bytes`,
+    `.path`, `.layers`), `.passed`, `.failed`, `.ok`, and `.to_json()` (the `edgekit check --json` document),
+    `.to_junit()`, `.to_markdown()`. Nothing is written but the artifacts in `out` (and the baseline when
+    asked). A broken budget is a failed case; a bad config or keyword raises `BadInput`.
+    """
+    _refuse_unknown(check, unknown)
+    from edgekit.features.check.result import ATTRIBUTIONS, EXECUTORS, run_config  # local: keeps the engine off `import edgekit`
+    from edgekit.sources.loading import SourceOptions  # local: as above
+
+    _flags(update_baseline=update_baseline, trust_pickle=trust_pickle, trust_model_code=trust_model_code, cache=cache)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise BadInput(f"jobs={jobs!r}: at least one worker is needed", fix="give jobs=1 or more")
+    if attribution not in ATTRIBUTIONS:
+        raise BadInput(f"attribution={attribution!r}", fix=f"use one of {', '.join(map(repr, ATTRIBUTIONS))}")
+    if executor not in EXECUTORS:
+        raise BadInput(f"executor={executor!r}", fix=f"use one of {', '.join(map(repr, EXECUTORS))}")
+    if ray_address is not None and executor != "ray":
+        raise BadInput("ray_address needs executor='ray'")
+    _progress(progress)
+    _out_folder(out)
+    with _as_a_command():
+        return run_config(_path(config, "config"), os.fspath(out), jobs=jobs, executor=executor,
+                          ray_address=ray_address, attribution=attribution,
+                          baseline=_path(baseline, "baseline") if baseline is not None else None,
+                          update_baseline=update_baseline,
+                          trust=SourceOptions(trust_pickle=trust_pickle, trust_model_code=trust_model_code),
+                          cache=cache, progress=progress)
+
+
+def __getattr__(name: str):
+    """The result types, imported when first used: they bring numpy and the engine, which `import edgekit` does not."""
+    if name in ("ConvertResult", "ArtifactResult"):
+        from edgekit.core import results  # local: numpy (~0.1 s) stays off `import edgekit`
+        return getattr(results, name)
+    if name in ("CheckResult", "Case"):
+        from edgekit.features import check as gate  # local: the engine (~0.4 s) stays off `import edgekit`
+        return getattr(gate, name)
+    raise AttributeError(f"module 'edgekit' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+def _refuse_unknown(fn, unknown: dict) -> None:
+    """BadInput naming a keyword `fn` does not take, and the one that was probably meant."""
+    if not unknown:
+        return
+    name = sorted(unknown)[0]
+    code = fn.__code__
+    known = code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
+    meant = _SPELLED.get(name, "") if name in _SPELLED else next(iter(difflib.get_close_matches(name, known, 1)), "")
+    if name in _WHERE:
+        fix = _WHERE[name]
+    elif meant in known:
+        fix = f"did you mean {meant}=?"
+    else:
+        fix = f"its keywords are {', '.join(known)}"
+    raise BadInput(f"edgekit.{fn.__name__}() takes no keyword {name!r}", fix=fix)
+
+
+def _flags(**flags) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise BadInput(f"{name}={value!r} is not True or False")
+
+
+def _progress(progress) -> None:
+    if progress is not None and not callable(progress):
+        raise BadInput(f"progress={progress!r} is not callable", fix="give a function of one string, e.g. print")
+
+
+def _path(value, keyword: str) -> str:
+    if isinstance(value, (str, os.PathLike)) and os.fspath(value):
+        return os.fspath(value)
+    raise BadInput(f"{keyword}={value!r} is not a path", fix=f"give {keyword} as a str or pathlib.Path")
+
+
+def _out_folder(out) -> None:
+    path = _path(out, "out")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise BadInput(f"out={path!r} is a file, not a folder", fix="give out a folder (it is made if missing)")
+
+
+def _names(targets) -> tuple[str, ...]:
+    names = (targets,) if isinstance(targets, str) else tuple(targets) if isinstance(targets, Iterable) else None
+    if not names or not all(isinstance(n, str) for n in names):
+        raise BadInput(f"targets={targets!r}", fix="give a target name, a list of them, or 'all'")
+    return names
+
+
+def _mapping(value, keyword: str, example: dict) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise BadInput(f"{keyword}={value!r} is not a dict", fix=f"give {keyword} as a dict such as {example!r}")
+    return dict(value)
+
+
+def _thresholds(value) -> dict[str, float]:
+    from edgekit.core.verify import HIGHER_IS_BETTER  # local: numpy stays off `import edgekit`
+
+    out = {}
+    for metric, limit in _mapping(value, "thresholds", {"cosine": 0.999}).items():
+        if metric not in HIGHER_IS_BETTER:
+            raise BadInput(f"thresholds: unknown metric {metric!r}", fix=f"use one of {', '.join(HIGHER_IS_BETTER)}")
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+            raise BadInput(f"thresholds: {metric} = {limit!r} is not a number")
+        out[metric] = float(limit)
+    return out
+
+
+def _keep(value) -> list[str]:
+    """`keep` as the command line's --keep items: {layer: precision} or a list of layers (kept float)."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        return [f"{layer}={precision}" for layer, precision in value.items()]
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise BadInput(f"keep={value!r}", fix="give {layer: 'float' or 'int16'} or a list of layer names")
+    return [str(v) for v in value]
+
+
+def _shapes(value) -> tuple[str, ...]:
+    """`input_shapes` as the command line's --input-shape items ("x=1,3,224,224")."""
+    if value is None:
+        return ()
+    if isinstance(value, Mapping):
+        try:
+            return tuple(f"{name}={','.join(str(int(d)) for d in dims)}" for name, dims in value.items())
+        except (TypeError, ValueError):
+            raise BadInput(f"input_shapes={dict(value)!r}", fix="give {input: (1, 3, 224, 224)}") from None
+    if isinstance(value, str) or not isinstance(value, Iterable):
+        raise BadInput(f"input_shapes={value!r}", fix="give {input: (1, 3, 224, 224)} or a list of 'x=1,3,224,224'")
+    return tuple(str(v) for v in value)
+
+
+@contextlib.contextmanager
+def _as_a_command() -> Iterator[None]:
+    """What the command line does around a command: the libraries' temporary files go to a private folder
+    removed at the end, and an OS error the environment caused (a full disk, no permission) is BadInput."""
+    try:
+        with private_temp():
+            yield
+    except EdgekitError:
+        raise
+    except Exception as e:
+        err = environment_error(e)
+        if err is None:
+            raise
+        raise err from e

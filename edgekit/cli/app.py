@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -34,7 +35,7 @@ TRUST_PICKLE = "Allow unpickling a full module, or a .pt2 member that is not pla
 TRUST_CODE = ("Allow a TensorFlow graph with file-system, process or Python-callback ops, or a .pt2 graph calling "
               "functions other than torch operators (runs them). Keras files still load in safe mode.")
 
-_state = {"debug": bool(os.environ.get("EDGEKIT_DEBUG"))}
+_state = {"debug": bool(os.environ.get("EDGEKIT_DEBUG")), "verbose": bool(os.environ.get("EDGEKIT_VERBOSE"))}
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -48,14 +49,15 @@ def _stderr():
 
 
 def handled(fn):
-    """Map edgekit errors to their exit codes with one clear line; hide tracebacks unless --debug."""
+    """Map edgekit errors to their exit codes with one clear line; hide tracebacks unless --debug. Every
+    command runs here with edgekit's own lines alone on stderr unless --verbose or --debug (`own_output`)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from edgekit.core.quiet import private_temp
+        from edgekit.core.quiet import own_output, private_temp
 
         try:
-            with private_temp():
+            with own_output(_state["verbose"] or _state["debug"]), private_temp():
                 return fn(*args, **kwargs)
         except typer.Exit:
             raise
@@ -78,9 +80,12 @@ def handled(fn):
 
 
 @app.callback()
-def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors.")] = False):
+def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of errors (and what --verbose shows).")] = False,
+          verbose: Annotated[bool, typer.Option("--verbose", help="Let the frameworks' warnings, logs and output through to stderr.")] = False):
     if debug:
         _state["debug"] = True
+    if verbose:
+        _state["verbose"] = True
 
 
 @app.command()
@@ -112,10 +117,11 @@ def convert(
     keep: Annotated[list[str], typer.Option("--keep", help="int8: keep a layer back, LAYER=float or LAYER=int16 (named as `edgekit layers` names it; repeat).")] = [],
     granularity: Annotated[str, typer.Option("--granularity", help="int8 weights: per-channel or per-tensor.")] = "per-channel",
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Convert and verify again even when the artifact cache holds this exact result.")] = False,
+    bench: Annotated[bool, typer.Option("--bench", help="Also time each artifact in its runtime (host CPU latency, 1 thread and all cores); at int8 the fp32 artifacts are made too, for the ratio.")] = False,
 ):
     """Convert MODEL to each target and verify every artifact against the source model."""
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.cli.render import Reporter, render_result
+    from edgekit.cli.render import Reporter, render_bench, render_result
     from edgekit.sources.loading import SourceOptions
     from edgekit.engine.pipeline import ConvertRequest
     from edgekit.engine.pipeline import convert as run
@@ -143,12 +149,23 @@ def convert(
         granularity=granularity.replace("-", "_"), overrides=parse_overrides(keep), budgets=parse_budgets(budget),
         min_int8_share=min_int8_share, max_steps=max_steps,
     )
-    result = run(request, progress=reporter.step, cache=_cache(no_cache))
+    cache = _cache(no_cache)
+    result = run(request, progress=reporter.step, cache=cache)
+    timed = None
+    if bench:
+        from edgekit.features.bench import bench_result
+
+        timed = bench_result(request, result, progress=reporter.step, cache=cache)
     if as_json:
         render_result(result, reporter.console)
-        sys.stdout.write(json.dumps(_finite(result.to_json()), indent=2, allow_nan=False) + "\n")
+        doc = result.to_json() | ({"bench": timed.to_json()} if timed else {})
+        sys.stdout.write(json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n")
     else:
         render_result(result, None)
+    if timed is not None:
+        render_bench(timed, reporter.console if as_json else None)
+        for w in timed.warnings:
+            print(f"edgekit: warning: {w}", file=sys.stderr)
     if result.failed:
         raise typer.Exit(EXIT_CHECK_FAILED)
 
@@ -179,6 +196,7 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Write one JSON document (edgekit.report/1) to stdout.")] = False,
     markdown: Annotated[bool, typer.Option("--markdown", help="Write a Markdown table (for a PR comment) to stdout.")] = False,
     html_out: Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML page here.")] = None,
+    bench: Annotated[bool, typer.Option("--bench", help="Also time each artifact in its runtime (host CPU latency, as `edgekit bench` at 1 thread and all cores) and show it beside its size.")] = False,
 ):
     """How big every artifact is, and why: side files, precision, ratios, dtypes, ops, largest tensors."""
     from edgekit.features import report as sizes
@@ -188,6 +206,12 @@ def report(
         raise BadInput("--json and --markdown both write to stdout", fix="choose one")
     _output_file(html_out, "--html")
     result = sizes.build_report(paths)
+    if bench:
+        from edgekit.cli.render import Reporter
+        from edgekit.features.bench import bench as time_artifacts
+
+        timed = time_artifacts(paths, progress=Reporter(_stderr()).step)
+        result = replace(result, latency={a.path: a.to_json() for a in timed.artifacts if a.given})
     if html_out is not None:
         html_out.write_text(sizes.to_html(result), encoding="utf-8")
         print(f"edgekit: wrote {html_out}", file=sys.stderr)
@@ -204,6 +228,79 @@ def report(
         print(f"edgekit: skipped {s['path']}: {s['reason']}", file=err)
     for note in result.notes:
         print(f"edgekit: warning: {note}", file=err)
+
+
+@app.command()
+@handled
+def inspect(
+    paths: Annotated[list[Path], typer.Argument(help="Artifact files (.tflite, .pte, .ptl, .onnx, .ort).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Write one JSON document (edgekit.inspect/1) to stdout.")] = False,
+):
+    """What an artifact is made of: int8 shares, float ops, delegation, I/O dtypes and shapes (? = dynamic), ops, largest tensors."""
+    from edgekit.cli.inspect_view import render_inspections
+    from edgekit.cli.render import _console
+    from edgekit.features.inspect import inspect_files, to_json
+
+    items = inspect_files(paths)
+    if as_json:
+        sys.stdout.write(json.dumps(_finite(to_json(items)), indent=2, allow_nan=False) + "\n")
+    else:
+        render_inspections(items, _console())
+
+
+@app.command()
+@handled
+def bench(
+    paths: Annotated[list[Path], typer.Argument(help="Artifacts (.tflite, .pte, .ptl, .onnx, .ort) or folders holding them; or one source model, converted first (-t, and --calib for int8 too).")],
+    threads: Annotated[str, typer.Option("--threads", help="Thread counts to time at: 1,all (every core), or counts like 1,4.")] = "1,all",
+    inputs: Annotated[Optional[Path], typer.Option("--inputs", help=".npz: the first sample of each input is fed (default: seeded random inputs of the artifact's own shapes and types).")] = None,
+    input_shape: Annotated[list[str], typer.Option("--input-shape", help="NAME=1,3,224,224: the size of a dynamic dimension, or a .ptl's inputs (repeat per input).")] = [],
+    min_seconds: Annotated[float, typer.Option("--min-seconds", help="Time each artifact at each thread count for at least this long.")] = 1.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Write one JSON document (edgekit.bench/1) to stdout.")] = False,
+    target: Annotated[list[str], typer.Option("--target", "-t", help="With a source model: the targets to convert to.")] = ["all"],
+    out: Annotated[Path, typer.Option("--out", "-o", help="With a source model: folder for the artifacts.")] = Path("edgekit-bench"),
+    calib: Annotated[Optional[str], typer.Option("--calib", help="With a source model: also convert at int8, calibrated on this data.")] = None,
+    eval_data: Annotated[Optional[Path], typer.Option("--eval", help="With a source model: .npz to verify on (and to feed when --inputs is not given).")] = None,
+    trust_pickle: Annotated[bool, typer.Option("--trust-pickle", help=TRUST_PICKLE)] = False,
+    trust_model_code: Annotated[bool, typer.Option("--trust-model-code", help=TRUST_CODE)] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="With a source model: convert and verify again even when the artifact cache holds the result.")] = False,
+):
+    """Host CPU latency of each artifact in its own runtime (1 thread and all cores), its peak memory, and int8 ÷ fp32."""
+    from edgekit.calibration.sources import CalibrationSpec
+    from edgekit.cli.render import Reporter, render_bench
+    from edgekit.core.formats import detect
+    from edgekit.core.signature import parse_input_shapes
+    from edgekit.engine.pipeline import ConvertRequest
+    from edgekit.features import bench as timing
+    from edgekit.sources.loading import SourceOptions
+    from edgekit.targets import TARGETS
+
+    if min_seconds <= 0:
+        raise BadInput(f"--min-seconds {min_seconds} must be positive")
+    counts = timing.parse_threads(threads)
+    shapes = {s.name: list(s.shape) for s in parse_input_shapes(input_shape)}
+    reporter = Reporter(_stderr())
+    artifact_formats = {t.format for t in TARGETS.values()}
+    source = len(paths) == 1 and not paths[0].is_dir() and detect(paths[0]) not in artifact_formats
+    if source:
+        _output_folder(out)
+        request = ConvertRequest(str(paths[0]), tuple(target), str(out), eval_data=str(eval_data) if eval_data else None,
+                                 source_options=SourceOptions(trust_pickle, None, tuple(input_shape), None, trust_model_code),
+                                 calibration=CalibrationSpec(calib) if calib else None,
+                                 precision="int8" if calib else "fp32")
+        report = timing.bench_conversion(request, threads=counts, min_seconds=min_seconds, progress=reporter.step,
+                                         cache=_cache(no_cache), inputs=str(inputs) if inputs else None)
+    else:
+        report = timing.bench(paths, threads=counts, inputs=str(inputs) if inputs else None, shapes=shapes,
+                              min_seconds=min_seconds, progress=reporter.step)
+    if as_json:
+        sys.stdout.write(json.dumps(_finite(report.to_json()), indent=2, allow_nan=False) + "\n")
+    else:
+        render_bench(report)
+    for s in report.skipped:
+        print(f"edgekit: skipped {s['path']}: {s['reason']}", file=sys.stderr)
+    for w in report.warnings:
+        print(f"edgekit: warning: {w}", file=sys.stderr)
 
 
 @app.command()
@@ -314,15 +411,33 @@ def check(
 
 @app.command()
 @handled
-def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("demo-out")):
-    """Convert the bundled digits CNN to every target and verify each on the digits eval split."""
+def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts and the report.")] = Path("demo-out")):
+    """The main job on the bundled digits CNN: every target at fp32 and at int8 (calibrated), each verified on the
+    digits eval split, then the size and latency report as HTML."""
     samples = REPO / "sample_models"
-    model, eval_data = samples / "digits_cnn.pt2", samples / "digits_eval.npz"
+    model, calib, eval_data = (samples / n for n in ("digits_cnn.pt2", "digits_calib.npz", "digits_eval.npz"))
     if not model.is_file():
         raise BadInput(f"the bundled sample model is not here ({model})", fix="run edgekit demo from a checkout of edgekit")
-    print(f"edgekit demo: {model.relative_to(REPO)} → every target; verified on {eval_data.name}",
-          file=sys.stderr)
-    convert(str(model), ["all"], out, eval_data=eval_data)
+    page = out / "report.html"
+    _output_folder(out)
+    _output_file(page, "--out")
+    failed = False
+    for precision in ("fp32", "int8"):
+        print(f"edgekit demo: {model.relative_to(REPO)} → every target at {precision}"
+              + (f", calibrated on {calib.name}" if precision == "int8" else "") + f"; verified on {eval_data.name}",
+              file=sys.stderr)
+        try:
+            convert(str(model), ["all"], out, precision=precision, calib=str(calib) if precision == "int8" else None,
+                    eval_data=eval_data)
+        except typer.Exit as e:  # a failed verdict: say so at the end, after the report
+            if e.exit_code != EXIT_CHECK_FAILED:
+                raise
+            failed = True
+    print("edgekit demo: the size and latency report (host CPU latency in each runtime)", file=sys.stderr)
+    report([out], html_out=page, bench=True)
+    print(f"edgekit demo: open {page} in a browser", file=sys.stderr)
+    if failed:
+        raise typer.Exit(EXIT_CHECK_FAILED)
 
 
 cache_app = typer.Typer(help="The artifact cache: verified artifacts by everything they depend on.",

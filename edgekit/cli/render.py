@@ -2,26 +2,112 @@
 
 from __future__ import annotations
 
+import re
+import threading
 import time
 
 from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.spinner import Spinner
 from rich.table import Table
+from rich.text import Text
 
+from edgekit.core import quiet
 from edgekit.core.quant import PASSES
 from edgekit.targets import TARGETS
+from edgekit.targets.inspection import shapes_text
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skipped": "yellow"}
 
 
-class Reporter:
-    """Progress on standard error: one line per step, with the time since the run started."""
+# What edgekit itself writes on standard error, line by line, in every command (tests hold stderr to it):
+# its messages ("edgekit: error: …", "edgekit: wrote …", "edgekit demo: …") and its progress ("  12.3s step",
+# "  12.3s step (4.5 s)", "  12.3s [pid] step" from check's workers, "✓ step 4.5 s" or "✗ …" on a terminal).
+# With --json, convert's tables and check's verdicts go there too; with --verbose, the frameworks' output.
+OWN_STDERR_LINE = re.compile(r"edgekit( \w+)?: |\s*\d+\.\d+s |[✓✗] ")
+SHOWN_SECONDS = 0.1  # a step shorter than this (a result, a note) gets no seconds of its own
 
-    def __init__(self, stream):
-        self.console = _console(stream)
-        self.started = time.perf_counter()
+
+class Reporter:
+    """Progress on standard error, one step per message: a step lasts until the next message, or until
+    edgekit writes anything else (a table, a result, an error; `quiet.before_output`).
+
+    style "live" (stderr is a terminal): a spinner line for the step in progress with its seconds so far,
+    which becomes "✓ step 4.5 s" (✗ when the command failed in it). "timed" (stderr is a file or a pipe):
+    "  12.3s step" (seconds since the start) when it starts, " (4.5 s)" appended when it ends. "lines"
+    (--verbose or --debug, when the frameworks' output comes between, or outside a command): the line alone,
+    as it starts. Writing through `console` ends the step first.
+    """
+
+    def __init__(self, stream, style: str | None = None, clock=time.perf_counter):
+        self._console = _console(quiet.plain(stream))
+        self.style = style or _progress_style(self._console)
+        self.clock = clock
+        self.started = clock()
+        self._step: tuple[str, float] | None = None  # the step in progress and when it started
+        self._live: Live | None = None
+        self._lock = threading.RLock()
+
+    @property
+    def console(self) -> Console:
+        self.close()
+        return self._console
 
     def step(self, message: str) -> None:
-        self.console.print(f"[dim]{time.perf_counter() - self.started:6.1f}s[/dim] {message}")
+        with self._lock:
+            now = self.clock()
+            self._end(True, now)
+            if self.style == "lines":
+                self._console.print(f"[dim]{now - self.started:6.1f}s[/dim] {escape(message)}")
+                return
+            if self.style == "live":
+                self._live = Live(_Running(message, now, self.clock), console=self._console, transient=True,
+                                  refresh_per_second=8, redirect_stdout=False, redirect_stderr=False)
+                self._live.start()
+            else:
+                self._console.print(f"{now - self.started:6.1f}s {escape(message)}", end="")
+            self._step = (message, now)
+            quiet.before_output(self.close)
+
+    def close(self, ok: bool = True) -> None:
+        """End the step in progress (`ok` False: the command failed in it)."""
+        with self._lock:
+            self._end(ok, self.clock())
+
+    def _end(self, ok: bool, now: float) -> None:
+        if self._step is None:
+            return
+        message, began = self._step
+        self._step = None
+        quiet.forget(self.close)
+        seconds = now - began
+        if self.style == "timed":
+            self._console.print(f" ({seconds:.1f} s)" if seconds >= SHOWN_SECONDS else "")
+            return
+        self._live.stop()
+        self._live = None
+        mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
+        took = f" [dim]{seconds:.1f} s[/dim]" if seconds >= SHOWN_SECONDS else ""
+        self._console.print(f"{mark} {escape(message)}{took}")
+
+
+class _Running:
+    """The step in progress on a terminal: a spinner, the step, its seconds so far."""
+
+    def __init__(self, message: str, began: float, clock):
+        self.spinner = Spinner("dots", style="cyan")
+        self.message, self.began, self.clock = message, began, clock
+
+    def __rich_console__(self, console, options):
+        self.spinner.update(text=Text.assemble(self.message, (f"  {self.clock() - self.began:.1f} s", "dim")))
+        yield self.spinner
+
+
+def _progress_style(console: Console) -> str:
+    if not quiet.guarded():  # --verbose or --debug: the frameworks write between the lines
+        return "lines"
+    return "live" if console.is_terminal and not console.is_dumb_terminal else "timed"
 
 
 def _console(stream=None) -> Console:
@@ -57,8 +143,9 @@ def render_result(result, console: Console | None) -> None:
     src = result.source
     console.print(f"\n[bold]{src.path}[/bold] ({src.format}, {src.signature.describe()})")
     table = Table(show_header=True, header_style="bold")
-    for col in ("target", "precision", "size", "verdict", "cosine", "max_abs", "sqnr_db", "top1", "accuracy src → artifact"):
-        table.add_column(col, justify="right" if col not in ("target", "precision", "verdict") else "left")
+    for col in ("target", "precision", "size", "verdict", "cosine", "max_abs", "sqnr_db", "top1",
+                "accuracy src → artifact", "shapes"):
+        table.add_column(col, justify="right" if col not in ("target", "precision", "shapes", "verdict") else "left")
     for r in result.artifacts:
         m = r.verdict.metrics.get("output_0", {})
         acc = r.verdict.task_accuracy
@@ -69,6 +156,7 @@ def render_result(result, console: Console | None) -> None:
             f"[{STATUS_STYLE[r.verdict.status]}]{r.verdict.status}[/]",
             f"{m['cosine']:.6f}" if m else "—", _fmt(m.get("max_abs"), 3) if m else "—",
             _fmt(m.get("sqnr_db"), 4) if m else "—", f"{top1 * 100:.1f}%" if top1 is not None else "—", acc_text,
+            escape(shapes_text((r.verdict.inspection or {}).get("io_shapes"))),
         )
     console.print(table)
     for r in result.artifacts:
@@ -83,6 +171,14 @@ def render_result(result, console: Console | None) -> None:
         search = r.artifact.meta.get("search")
         if search:
             _render_search(search, console)
+        second = r.verdict.second_size
+        if second:
+            sizes = ", ".join(f"{d['input']} axis {d['axis']}{' (batch)' if d['batch'] else ''} {d['sizes'][0]} → "
+                              f"{d['sizes'][1]}" for d in second["dims"])
+            console.print(f"    verified at a second size: {escape(sizes)}: "
+                          f"[{STATUS_STYLE[second['status']]}]{second['status']}[/]")
+        for note in r.verdict.notes:
+            console.print(f"    [yellow]note:[/yellow] {escape(note)}")
         for reason in r.verdict.reasons:
             console.print(f"    [red]✗ {reason}[/red]")
     for w in result.warnings:
@@ -126,7 +222,7 @@ def render_graph(edges, targets) -> None:
     for col in ("edge", "from", "to", "precisions", "extra", "available here"):
         table.add_column(col)
     for c in edges:
-        avail = "[green]yes[/green]" if c.available() else f"[red]no[/red] — pip install 'edgekit[{c.extra}]'"
+        avail = "[green]yes[/green]" if c.available() else f"[red]no[/red] — pip install 'edgekit\\[{c.extra}]'"  # \[: not a rich style tag
         table.add_row(c.name, c.source, c.target, ", ".join(c.precisions), c.extra, avail)
     console.print(table)
     rt = Table(title="targets and the runtimes that verify them", header_style="bold")
@@ -136,3 +232,22 @@ def render_graph(edges, targets) -> None:
         name = t.name + (f" ({', '.join(t.aliases)})" if t.aliases else "") + (" \\[legacy]" if t.legacy else "")  # escaped: not a rich style tag
         rt.add_row(name, t.extension, t.runtime)
     console.print(rt)
+
+
+def render_bench(report, console: Console | None = None) -> None:
+    """`edgekit bench`'s table: latency per thread count (median, p10–p90), int8 ÷ fp32, peak memory."""
+    from edgekit.features.bench import render_rows  # local: render is imported by every command; bench only here
+
+    console = console or _console()
+    h = report.host
+    table = Table(title=f"{h['label']}: {h['cpu'] or h['machine']}, {h['cores']} cores", header_style="bold")
+    table.add_column("artifact", overflow="fold")
+    for column in ("target", "precision"):
+        table.add_column(column)
+    for t in (report.artifacts[0].timings if report.artifacts else ()):
+        table.add_column(f"{t['threads']} thread{'s' if t['threads'] > 1 else ''}: median (p10–p90)", justify="right")
+    table.add_column("int8 ÷ fp32", justify="right")
+    table.add_column("peak memory", justify="right")
+    for row in render_rows(report):
+        table.add_row(*row)
+    console.print(table)

@@ -79,3 +79,14 @@ class ConvertResult:
             "artifacts": [r.to_json() for r in self.artifacts],
             "warnings": list(self.warnings),
         }
+
+
+def finite(obj):
+    """`obj` (a result's JSON) with NaN and ±infinity as None, as the command line's `--json` writes it."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj

@@ -171,6 +171,9 @@ class Verdict:
     task_accuracy: dict | None = None
     reasons: tuple[str, ...] = ()
     inspection: dict | None = None
+    # the artifact run again at a second size of its dynamic dimensions (edgekit.engine.sizes)
+    second_size: dict | None = None
+    notes: tuple[str, ...] = ()  # what verification could not do, e.g. no second size for a dimension
 
     def to_json(self) -> dict:
         out = {"status": self.status, "samples": self.samples, "metrics": self.metrics,
@@ -179,14 +182,18 @@ class Verdict:
             out["task_accuracy"] = self.task_accuracy
         if self.inspection is not None:
             out["inspection"] = self.inspection
+        if self.second_size is not None:
+            out["second_size"] = self.second_size
         if self.reasons:
             out["reasons"] = list(self.reasons)
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
     @classmethod
     def from_json(cls, d: dict) -> "Verdict":
         return cls(d["status"], d["samples"], d["metrics"], d["thresholds"], d.get("task_accuracy"),
-                   tuple(d.get("reasons", ())), d.get("inspection"))
+                   tuple(d.get("reasons", ())), d.get("inspection"), d.get("second_size"), tuple(d.get("notes", ())))
 
 
 def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, float],

@@ -20,6 +20,7 @@ from edgekit.core.errors import ConversionFailed
 from edgekit.engine.graph import Route
 from edgekit.engine.layers import SAMPLES, float_reference, rank_layers
 from edgekit.engine.search import Measurement, Search
+from edgekit.engine.sizes import verify_second_size
 from edgekit.sources.loading import Source
 from edgekit.core.quant import PASSES, QuantSpec, auto_specs
 from edgekit.core.quiet import captured
@@ -78,6 +79,8 @@ class TargetJob:
             started = time.perf_counter()
             outputs, inspection = self._run(artifact, samples)
             verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection)
+            verdict = verify_second_size(self.source, artifact, verdict, samples, reference, self.thresholds,
+                                         lambda msg: self.say(f"{target.name}: {msg}"))
             search = artifact.meta.get("search")
             if search and search["stopped"] == "met" and verdict.status == "fail":
                 note = (f"the search met its budgets on {search['samples']} held-out calibration samples, not on the "

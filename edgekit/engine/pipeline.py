@@ -34,6 +34,7 @@ from edgekit.engine.job import TargetJob
 from edgekit.engine.plan import ConvertRequest, Plan, plan
 from edgekit.engine.runners import run_isolated, start_workers
 from edgekit.engine.search import SEARCH_FRACTION
+from edgekit.engine.sizes import verify_second_size
 from edgekit.sources.loading import Source, SourceOptions, open_source
 from edgekit.targets import TARGETS, by_format
 from edgekit.targets.inspection import inspect_artifact, precision_from_inspection
@@ -197,16 +198,16 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
         start_workers({fmt for _, fmt, _, _ in given})
         prepared = prepare(Plan(req, detect(req.source), (), False, {}), say, sources)
         for p, fmt, files, inspection in given:
-            results.append(_verify_given(p, fmt, files, inspection, prepared.source.artifact.signature,
+            results.append(_verify_given(p, fmt, files, inspection, prepared.source,
                                          prepared.samples, prepared.reference, thresholds_for, say))
     source = prepared.source.artifact
     return ConvertResult(source, source.sha256 if source.files else None, tuple(results), prepared.warnings)
 
 
-def _verify_given(p, fmt: str, files, inspection: dict, signature, samples, reference, thresholds_for,
+def _verify_given(p, fmt: str, files, inspection: dict, source: Source, samples, reference, thresholds_for,
                   say: Progress) -> ArtifactResult:
     target = by_format(fmt)
-    artifact = ModelArtifact(fmt, str(p), signature, files=files, meta={"route": ["given"], "seconds": 0.0})
+    artifact = ModelArtifact(fmt, str(p), source.artifact.signature, files=files, meta={"route": ["given"], "seconds": 0.0})
     say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
     try:
         outputs, _ = run_isolated(artifact, samples.inputs)
@@ -217,6 +218,8 @@ def _verify_given(p, fmt: str, files, inspection: dict, signature, samples, refe
                                                                     inspection["int8_weight_share"])
     thresholds = {**THRESHOLDS.get(precision, {}), **(thresholds_for(precision) if thresholds_for else {})}
     verdict = compare(reference, outputs, thresholds, samples.labels, inspection)
+    verdict = verify_second_size(source, artifact, verdict, samples, reference, thresholds,
+                                 lambda msg: say(f"{target.name}: {msg}"))
     return ArtifactResult.measured(target.name, artifact.evolve(precision=precision), verdict)
 
 

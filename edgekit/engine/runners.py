@@ -17,7 +17,7 @@ import numpy as np
 
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.deps import available, require
-from edgekit.core.errors import ConversionFailed
+from edgekit.core.errors import BadInput, ConversionFailed
 from edgekit.core.quiet import captured, private_dir
 from edgekit.core.signature import Signature
 from edgekit.targets import by_format
@@ -139,6 +139,37 @@ def trace_layers_isolated(fmt: str, float_path: str, quant_path: str, signature:
         _write_job(signature, inputs, sig_path, in_path)
         _child(["edgekit.targets.layers", fmt, float_path, quant_path, sig_path, in_path, out_path],
                fmt, quant_path, timeout)
+        with open(out_path) as f:
+            return json.load(f)
+
+
+def inspect_isolated(fmt: str, path: str, *, timeout: float = 900) -> dict:
+    """The inspection (edgekit.targets.inspection, as JSON) of an artifact that may be damaged or hostile, made
+    in a child process: a file the reader cannot make sense of is a BadInput naming it, a native crash or
+    hang of the reader a ConversionFailed naming the runtime."""
+    require(by_format(fmt).extra, f"inspecting a .{fmt} artifact")
+    with _job_dir() as tmp:
+        out_path = os.path.join(tmp, "inspection.json")
+        _child(["edgekit.targets.inspect_child", fmt, str(path), out_path], fmt, str(path), timeout)
+        with open(out_path) as f:
+            doc = json.load(f)
+    if "error" in doc:
+        raise BadInput(doc["error"]["message"], fix=doc["error"]["fix"])
+    return doc["inspection"]
+
+
+def latency_isolated(fmt: str, path: str, threads: tuple[int, ...], *, inputs: str | None = None,
+                     shapes: dict | None = None, min_seconds: float = 1.0, max_seconds: float = 10.0,
+                     timeout: float = 900) -> dict:
+    """Host CPU latency and peak memory of the artifact at `path` in its runtime (see
+    edgekit.targets.latency), in a new child process: its peak memory is this artifact's alone."""
+    require(by_format(fmt).extra, f"timing a .{fmt} artifact")
+    with _job_dir() as tmp:
+        job_path, out_path = os.path.join(tmp, "job.json"), os.path.join(tmp, "latency.json")
+        with open(job_path, "w") as f:
+            json.dump({"format": fmt, "path": str(path), "threads": list(threads), "inputs": inputs,
+                       "shapes": shapes or {}, "min_seconds": min_seconds, "max_seconds": max_seconds, "tmp": tmp}, f)
+        _child(["edgekit.targets.latency", job_path, out_path], fmt, path, timeout)
         with open(out_path) as f:
             return json.load(f)
 

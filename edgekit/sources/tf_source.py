@@ -16,6 +16,7 @@ import numpy as np
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.deps import require
 from edgekit.core.errors import BadInput, first_line
+from edgekit.core.quiet import passing_through
 from edgekit.core.signature import Signature, TensorSpec
 from edgekit.sources.tf_safety import check_keras_file, check_saved_model
 
@@ -54,7 +55,8 @@ class TfSource:
 def open_tf(fmt: str, location: str, declared: tuple[TensorSpec, ...] | None, *,
             trust_model_code: bool = False) -> TfSource:
     require("tf", f"reading {location}")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if not passing_through():  # --verbose: TensorFlow's C++ INFO and WARNING lines too
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if fmt == "keras":
         return _open_keras(location, declared)
     return _open_saved_model(location, declared, trust_model_code)

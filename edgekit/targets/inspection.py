@@ -14,6 +14,9 @@ PT2E-quantized .pte without a delegate runs float portable kernels between quant
   convolutions are not.
 
 The rules are static: they say what the graph asks for, not which kernel a runtime finally picks.
+Each reader also reads the file's input and output shapes (`io_shapes`): a dynamic dimension is None
+or its symbolic name in `shape`, and its index is listed in `dynamic`; a shape the file does not
+record is None (`shape` and `dynamic` both), said in the notes.
 Importing this module is cheap; each format's reader imports its framework only when called.
 """
 
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import collections
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
 from edgekit.core.errors import BadInput
@@ -64,6 +67,8 @@ class Inspection:
     io_dtypes: dict  # {"inputs": [dtype, ...], "outputs": [dtype, ...]}
     delegated: dict | None  # pte only: {backend id: {"calls": n, "ops": n or None}}
     notes: tuple[str, ...]
+    # {"inputs": [{"name", "shape", "dynamic"}, ...], "outputs": [...]}: see io_entry
+    io_shapes: dict = field(default_factory=lambda: {"inputs": [], "outputs": []})
 
     def to_json(self) -> dict:
         out = {
@@ -78,6 +83,7 @@ class Inspection:
             "op_counts": dict(self.op_counts),
             "largest_tensors": [{**t, "shape": list(t["shape"])} for t in self.largest_tensors],
             "io_dtypes": {k: list(v) for k, v in self.io_dtypes.items()},
+            "io_shapes": {k: [dict(e) for e in v] for k, v in self.io_shapes.items()},
             "delegated": self.delegated,
             "notes": list(self.notes),
         }
@@ -88,7 +94,7 @@ class Inspection:
 
 def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: dict[str, int],
           tensors: Iterable[dict], io_dtypes: dict, delegated: dict | None = None,
-          notes: Iterable[str] = ()) -> Inspection:
+          notes: Iterable[str] = (), io_shapes: dict | None = None) -> Inspection:
     """The shared tail of every reader: shares, float-op summary and the largest tensors."""
     total = sum(weights.values())
     low = sum(n for dt, n in weights.items() if dt in INT8_FAMILY)
@@ -109,7 +115,33 @@ def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: di
         io_dtypes={k: list(v) for k, v in io_dtypes.items()},
         delegated=delegated,
         notes=tuple(dict.fromkeys(notes)),
+        io_shapes={k: list((io_shapes or {}).get(k, [])) for k in ("inputs", "outputs")},
     )
+
+
+def io_entry(name: str, dims) -> dict:
+    """One input or output of `io_shapes`: `dims` are ints, with a dynamic one as None or its symbolic
+    name; `dynamic` lists the indices of the dynamic ones. `dims` None: the file does not record the shape."""
+    if dims is None:
+        return {"name": name, "shape": None, "dynamic": None}
+    shape = [d if d is None or isinstance(d, str) else int(d) for d in dims]
+    return {"name": name, "shape": shape, "dynamic": [i for i, d in enumerate(shape) if not isinstance(d, int)]}
+
+
+def shape_text(shape) -> str:
+    """`1×3×?×?` (a dynamic dimension as ? or its symbol), `scalar`, or `?` for a shape not recorded."""
+    if shape is None:
+        return "?"
+    return "×".join("?" if d is None else str(d) for d in shape) or "scalar"
+
+
+def shapes_text(io_shapes: dict | None) -> str:
+    """The compact form of `io_shapes`: `1×1×8×8 → 1×10` (inputs, then outputs, each comma-separated)."""
+    if not io_shapes or not (io_shapes.get("inputs") or io_shapes.get("outputs")):
+        return "—"
+    side = {k: ", ".join(("≤" if e.get("bounded") else "") + shape_text(e["shape"]) for e in io_shapes.get(k, []))
+            or "—" for k in ("inputs", "outputs")}
+    return f"{side['inputs']} → {side['outputs']}"
 
 
 def inspect_artifact(fmt: str, path: str) -> Inspection:

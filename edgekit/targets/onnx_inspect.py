@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from edgekit.targets.inspection import Inspection, OpInfo, build
+from edgekit.targets.inspection import Inspection, OpInfo, build, io_entry
 
 DATA_OPS = frozenset({
     "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Split",
@@ -70,7 +70,19 @@ def inspect(path: str) -> Inspection:
     notes += rule_notes
     io = {"inputs": [_dtype(i.type.tensor_type.elem_type) for i in g.input if i.name not in consts],
           "outputs": [_dtype(o.type.tensor_type.elem_type) for o in g.output]}
-    return build("onnx", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes)
+    shapes = {"inputs": [_io_shape(i) for i in g.input if i.name not in consts], "outputs": [_io_shape(o) for o in g.output]}
+    if any(e["shape"] is None for side in shapes.values() for e in side):
+        notes.append("some inputs or outputs have no shape in the file")
+    return build("onnx", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes,
+                 io_shapes=shapes)
+
+
+def _io_shape(value) -> dict:
+    """A graph input or output (ValueInfoProto): a dim_param (or a dim without a value) is dynamic."""
+    t = value.type.tensor_type
+    if not t.HasField("shape"):
+        return io_entry(value.name, None)
+    return io_entry(value.name, [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim])
 
 
 # The rules below work on any ONNX-like graph: `nodes` have op_type, domain, name, input and output

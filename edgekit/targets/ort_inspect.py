@@ -4,7 +4,8 @@ The file is read with the flatbuffer schema onnxruntime ships (`onnxruntime.tool
 An .ort saved with the Fixed optimization style holds the graph as ONNX Runtime will run it: QDQ
 groups are already fused (QLinearConv, QGemm, NhwcMaxPool, ...) and float convolutions may be
 FusedConv. The int8 rules are onnx_inspect's; the tensor types come from the file's own NodeArgs,
-which ONNX Runtime writes for every value, so no shape inference is needed.
+which ONNX Runtime writes for every value, so no shape inference is needed; so do the input and output
+shapes, read from the same NodeArgs an onnxruntime session reports them from.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import BadInput
-from edgekit.targets.inspection import Inspection, build
+from edgekit.targets.inspection import Inspection, build, io_entry
 from edgekit.targets.onnx_inspect import _dtype, op_modes, quantization_params, tensor_bytes, type_quantize_outputs
 
 
@@ -68,7 +69,7 @@ def inspect(path: str) -> Inspection:
     graph, format_version = read(path)
     notes = [f"ORT format version {format_version}"] if format_version else []
 
-    elem = {}  # tensor name -> element type (ORT's TensorDataType values are TensorProto's)
+    elem, shape_of = {}, {}  # tensor name -> element type (ORT's TensorDataType values are TensorProto's), its dims
     for j in range(graph.NodeArgsLength()):
         arg = graph.NodeArgs(j)
         info = arg.Type()
@@ -76,6 +77,7 @@ def inspect(path: str) -> Inspection:
             tensor_type = fbs.TensorTypeAndShape.TensorTypeAndShape()
             tensor_type.Init(info.Value().Bytes, info.Value().Pos)
             elem[_text(arg.Name())] = tensor_type.ElemType()
+            shape_of[_text(arg.Name())] = _dims(fbs, tensor_type.Shape())
 
     consts = {}  # name -> (element type, dims)
     for j in range(graph.InitializersLength()):
@@ -111,4 +113,24 @@ def inspect(path: str) -> Inspection:
     outputs = [_text(graph.Outputs(j)) for j in range(graph.OutputsLength())]
     io = {"inputs": [_dtype(elem.get(x, 0)) for x in inputs if x not in consts],
           "outputs": [_dtype(elem.get(x, 0)) for x in outputs]}
-    return build("ort", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes)
+    shapes = {"inputs": [io_entry(x, shape_of.get(x)) for x in inputs if x not in consts],
+              "outputs": [io_entry(x, shape_of.get(x)) for x in outputs]}
+    return build("ort", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes,
+                 io_shapes=shapes)
+
+
+def _dims(fbs, shape) -> list | None:
+    """A NodeArg's dims as an onnxruntime session on the file reports them (it reads the same NodeArgs, but
+    runs native code on the file): an int, the symbolic name of a dynamic one, or None; None for no shape."""
+    if shape is None:
+        return None
+    kinds = fbs.DimensionValueType.DimensionValueType
+    out = []
+    for k in range(shape.DimLength()):
+        value = shape.Dim(k).Value()
+        kind = value.DimType() if value is not None else kinds.UNKNOWN
+        if kind == kinds.VALUE:
+            out.append(int(value.DimValue()))
+        else:
+            out.append((_text(value.DimParam()) or None) if kind == kinds.PARAM else None)
+    return out

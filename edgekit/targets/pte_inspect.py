@@ -16,7 +16,7 @@ import os
 import re
 import tempfile
 
-from edgekit.targets.inspection import INT8_FAMILY, Inspection, OpInfo, build
+from edgekit.targets.inspection import INT8_FAMILY, Inspection, OpInfo, build, io_entry
 
 DATA_OPS = frozenset({
     "aten::view_copy", "aten::permute_copy", "aten::clone", "aten::squeeze_copy", "aten::unsqueeze_copy",
@@ -55,6 +55,7 @@ def inspect(path: str) -> Inspection:
     program = pte.program
     weights, tensors, ops, op_counts = collections.Counter(), [], [], collections.Counter()
     delegated, notes, io = {}, [], {"inputs": [], "outputs": []}
+    shapes = {"inputs": [], "outputs": []}
     for pi, plan in enumerate(program.execution_plan):
         V = plan.values
 
@@ -74,6 +75,8 @@ def inspect(path: str) -> Inspection:
         if pi == 0:
             io = {k: [dtype(i) if isinstance(V[i].val, Tensor) else type(V[i].val).__name__ for i in idx]
                   for k, idx in (("inputs", plan.inputs), ("outputs", plan.outputs))}
+            shapes = {k: [_io_shape(V[i].val, f"{k[:-1]}_{n}", notes) for n, i in enumerate(idx)]
+                      for k, idx in (("inputs", plan.inputs), ("outputs", plan.outputs))}
         defined = set(plan.inputs) | consts
         dq_source = {}  # tensor -> (comes from a constant?, dtype) of the dequantize that made it
         qparams = set()  # constant scales / zero points read by (de)quantize kernels
@@ -134,7 +137,21 @@ def inspect(path: str) -> Inspection:
         notes.append("quantize/dequantize run as portable kernels around float ops: int8 weights, float compute "
                      "(lower with XnnpackPartitioner to get int8 kernels)")
     return build("pte", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io,
-                 delegated=delegated, notes=notes)
+                 delegated=delegated, notes=notes, io_shapes=shapes)
+
+
+def _io_shape(value, name: str, notes: list) -> dict:
+    """A method input or output from its tensor metadata. A tensor of dynamic shape records its upper
+    bounds, not which dimensions vary: its `dynamic` is None and it is marked `bounded`."""
+    from executorch.exir.schema import Tensor, TensorShapeDynamism
+
+    if not isinstance(value, Tensor):
+        return io_entry(name, None)
+    entry = io_entry(name, list(value.sizes))
+    if value.shape_dynamism != TensorShapeDynamism.STATIC:
+        notes.append("dynamic shapes: the program records upper bounds (≤), not which dimensions vary")
+        entry.update(dynamic=None, bounded=True)
+    return entry
 
 
 def _xnnpack(blob: bytes, index: int, weights, tensors, ops, op_counts) -> int:

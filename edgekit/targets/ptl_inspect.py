@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import collections
 
-from edgekit.targets.inspection import Inspection, OpInfo, build
+from edgekit.targets.inspection import Inspection, OpInfo, build, io_entry
 
 # Data movement and (de)quantization: not counted as compute ops.
 DATA_OPS = frozenset({
@@ -107,10 +107,23 @@ def inspect(path: str) -> Inspection:
     # A .ptl records no tensor dtypes: inputs are taken as float, outputs as float unless quantized.
     io = {"inputs": ["float32"] * (len(args) - 1),
           "outputs": ["uint8" if v in quantized else "float32" for v in _outputs(graph)]}
+    shapes = {"inputs": [_io_shape(v, v.debugName().split(".")[0] or f"input_{k}") for k, v in enumerate(args[1:])],
+              "outputs": [_io_shape(v, f"output_{k}") for k, v in enumerate(_outputs(graph))]}
+    if any(e["shape"] is None for side in shapes.values() for e in side):
+        notes.append("input and output shapes are unknown: a .ptl does not record them (only running it shows them)")
     if any(o.mode == "int8" for o in ops):
         notes.append("quantized kernels run on the qnnpack engine (PyTorch Mobile's int8 backend)")
     notes.append("PyTorch Mobile (.ptl) is a legacy format; its successor is ExecuTorch (.pte)")
-    return build("ptl", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes)
+    return build("ptl", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes,
+                 io_shapes=shapes)
+
+
+def _io_shape(value, name: str) -> dict:
+    """A graph input or output as far as its TorchScript type records it (a traced graph, saved and loaded,
+    keeps none: the shape is then unknown)."""
+    t = value.type()
+    sizes = t.varyingSizes() if t.kind() == "TensorType" else None  # None: unknown; a None in it: dynamic
+    return io_entry(name, sizes)
 
 
 def _walk(block):

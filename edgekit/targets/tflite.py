@@ -48,6 +48,12 @@ class TfliteRunner:
             result = self.runner(**dict(zip(self.keys, arrays)))
             raw = [result[k] for k in self.out_keys]
         else:
+            current = {d["index"]: tuple(d["shape"]) for d in self.interp.get_input_details()}
+            resized = [(d, a) for a, d in zip(arrays, self.inputs) if current[d["index"]] != a.shape]
+            for d, a in resized:  # another size of a dynamic dimension (the signature runner resizes by itself)
+                self.interp.resize_tensor_input(d["index"], a.shape)
+            if resized:
+                self.interp.allocate_tensors()
             for a, d in zip(arrays, self.inputs):
                 self.interp.set_tensor(d["index"], a)
             self.interp.invoke()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 
-from edgekit.targets.inspection import INT8_FAMILY, Inspection, OpInfo, build
+from edgekit.targets.inspection import INT8_FAMILY, Inspection, OpInfo, build, io_entry
 
 # Data movement and (de)quantization: not counted as compute ops.
 DATA_OPS = frozenset({
@@ -89,6 +89,7 @@ def inspect(path: str) -> Inspection:
     main = model.subgraphs[0]
     io = {"inputs": [dtype(main.tensors[i]) for i in main.inputs],
           "outputs": [dtype(main.tensors[i]) for i in main.outputs]}
+    shapes = {k: [_io_shape(main.tensors[i]) for i in idx] for k, idx in (("inputs", main.inputs), ("outputs", main.outputs))}
     if any(o.mode == "dynamic" for o in ops):
         notes.append("dynamic-range (hybrid) ops: int8/int4 weights, activations quantized on the fly, float outputs")
     if any(o.mode == "weight_only" for o in ops):
@@ -96,5 +97,14 @@ def inspect(path: str) -> Inspection:
     if any(d in ("int8", "uint8") for d in io["inputs"]):
         notes.append("integer model inputs: callers must quantize with the input tensor's scale and zero point")
     return build("tflite", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors,
-                 io_dtypes=io, notes=notes)
+                 io_dtypes=io, notes=notes, io_shapes=shapes)
+
+
+def _io_shape(t) -> dict:
+    """A model input or output: its shape, a -1 of its shape signature (a dynamic dimension) as None."""
+    shape = list(t.shape if t.shape is not None else [])
+    signature = list(t.shapeSignature) if t.shapeSignature is not None and len(t.shapeSignature) else shape
+    dims = [None if s < 0 else int(s) for s in signature] if len(signature) == len(shape) else shape
+    name = t.name.decode() if isinstance(t.name, bytes) else str(t.name)
+    return io_entry(name, dims)
 

@@ -38,7 +38,8 @@ from edgekit.features.check.baseline import baseline_seeds, compare_baseline, wr
 from edgekit.features.check.case import Case
 from edgekit.features.check.config import ModelCheck, load_config
 from edgekit.features.check.render import to_json, to_junit, to_markdown
+from edgekit.features.check.result import CheckResult, run_config
 from edgekit.features.check.run import run_checks
 
-__all__ = ["Case", "ModelCheck", "baseline_seeds", "compare_baseline", "load_config", "run_checks", "to_json",
-           "to_junit", "to_markdown", "write_baseline"]
+__all__ = ["Case", "CheckResult", "ModelCheck", "baseline_seeds", "compare_baseline", "load_config", "run_checks",
+           "run_config", "to_json", "to_junit", "to_markdown", "write_baseline"]

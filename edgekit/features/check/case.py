@@ -27,6 +27,7 @@ class Case:
     bias_correction: bool = False  # whether the int8 model's biases were corrected
     smooth_quant: bool = False  # whether its linears were smoothed
     search: dict | None = None  # the accuracy-aware search's record, when the case searched
+    latency: dict | None = None  # host CPU latency at 1 thread, when the model has a latency budget
 
     @property
     def name(self) -> str:

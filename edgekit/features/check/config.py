@@ -12,7 +12,8 @@ from edgekit.converters.base import PRECISIONS
 from edgekit.core.verify import HIGHER_IS_BETTER
 from edgekit.sources.loading import SourceOptions
 
-BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *HIGHER_IS_BETTER}
+LATENCY_BUDGETS = ("max_latency_ms", "min_int8_speedup")  # host CPU latency at 1 thread (edgekit.features.bench)
+BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *LATENCY_BUDGETS, *HIGHER_IS_BETTER}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
 MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
               "bias_correction", "smooth_quant", "budgets", "artifacts", "search"}

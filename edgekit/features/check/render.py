@@ -19,7 +19,8 @@ def to_json(cases: list[Case]) -> dict:
                        "task_accuracy": c.task_accuracy, "sha256": c.hashes, "tool_versions": c.tool_versions,
                        "changes": list(c.changes), "layers": [d.to_json() for d in c.layers],
                        "layers_note": c.layers_note, "overrides": list(c.overrides),
-                       "bias_correction": c.bias_correction, "smooth_quant": c.smooth_quant, "search": c.search}
+                       "bias_correction": c.bias_correction, "smooth_quant": c.smooth_quant, "search": c.search,
+                       **({"latency": c.latency} if c.latency is not None else {})}
                       for c in cases]}
 
 

@@ -20,10 +20,12 @@ from edgekit.engine.cache import ArtifactCache
 from edgekit.engine.pipeline import ConvertRequest, Sources, convert, plan, verify_artifacts
 from edgekit.engine.search import parse_budgets
 from edgekit.features.attribution import attribute
+from edgekit.features.bench import bench
 from edgekit.features.check.case import Case
 from edgekit.features.check.config import ModelCheck
 from edgekit.core.quant import PASSES, LayerOverride
 from edgekit.core.verify import HIGHER_IS_BETTER
+from edgekit.features.check.config import LATENCY_BUDGETS
 from edgekit.features.check.workers import pool
 
 
@@ -79,7 +81,7 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
         judged = [run_unit(u, options, sources, progress, cache) for u in todo]
         attributed = [attribute_case(m, c, options, f, sources, progress) for m, c, f in _attributions(models, judged, attribution)]
     done = {(c.model, c.target, c.precision): c for c in attributed}
-    cases = [done.get((c.model, c.target, c.precision), c) for cases in judged for c in cases]
+    cases = _timed(models, [done.get((c.model, c.target, c.precision), c) for cases in judged for c in cases], progress)
     # The order of a serial run of one request per model and precision: models, precisions, targets as planned.
     position = {(u.model.name, u.precision, t): i for u in todo for t, i in zip(u.targets, u.positions)}
     by_model = {m.name: i for i, m in enumerate(models)}
@@ -187,6 +189,41 @@ def _judge(m: ModelCheck, r, result, precision: str) -> Case:
                 r.artifact.meta.get("seconds") or 0.0, hashes, dict(r.artifact.meta.get("tool_versions", {})),
                 budget=budget, overrides=tuple(quantization.get("overrides", ())),
                 search=r.artifact.meta.get("search"), **{p: bool(quantization.get(p)) for p in PASSES})
+
+
+def _timed(models: tuple[ModelCheck, ...], cases: list[Case], progress=None) -> list[Case]:
+    """The cases of models with a latency budget, timed in their runtimes at 1 thread (edgekit.features.bench,
+    host CPU latency; the int8 ones against the fp32 artifact of the same target) and judged."""
+    wanted = {m.name: m for m in models if any(k in b for b in m.budgets.values() for k in LATENCY_BUDGETS)}
+    paths = [c.path for c in cases if c.model in wanted and c.path]
+    if not paths:
+        return cases
+    fp32 = {(c.model, c.target): c.path for c in cases if c.precision == "fp32" and c.path}
+    partners = {c.path: fp32[(c.model, c.target)] for c in cases
+                if c.precision != "fp32" and c.path and (c.model, c.target) in fp32}
+    timed = bench(paths, threads=(1,), progress=progress, partners=partners).by_path()
+    out = []
+    for c in cases:
+        a = timed.get(str(Path(c.path).resolve())) if c.model in wanted and c.path else None
+        if a is None:
+            out.append(c)
+            continue
+        budget, t = wanted[c.model].budget(c.precision), a.timings[0]
+        ratio = a.ratio_to_fp32.get(1)
+        latency = {"threads": 1, "median_ms": t["median_ms"], "p90_ms": t["p90_ms"], "ratio_to_fp32": ratio}
+        reasons = []
+        if t["median_ms"] > budget.get("max_latency_ms", float("inf")):
+            reasons.append(f"latency {t['median_ms']:.3g} ms (median at 1 thread, host CPU) > budget "
+                           f"{budget['max_latency_ms']:g} ms")
+        if "min_int8_speedup" in budget and c.precision.startswith("int8"):
+            if ratio is None:
+                reasons.append("min_int8_speedup needs the fp32 artifact of the same target: add fp32 to precisions")
+            elif 1 / ratio < budget["min_int8_speedup"]:
+                reasons.append(f"int8 runs {1 / ratio:.2f}× as fast as fp32 (1 thread, host CPU) < budget "
+                               f"{budget['min_int8_speedup']:g}×" + (f" — {a.warnings[0]}" if a.warnings else ""))
+        out.append(replace(c, latency=latency, reasons=c.reasons + tuple(reasons),
+                           status="fail" if reasons else c.status))
+    return out
 
 
 def _wants_layers(c: Case, attribution: str) -> bool:

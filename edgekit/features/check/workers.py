@@ -15,11 +15,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import resource
-import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 from edgekit.core.deps import require
+from edgekit.core.quiet import UserStderr
 from edgekit.engine.pipeline import Sources
 from edgekit.features.check.ray_pool import RayPool
 
@@ -55,7 +55,7 @@ class Pool:
         self.jobs = jobs
         threads = max(1, (os.cpu_count() or 1) // jobs)
         self._pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
-                                         initializer=_start, initargs=(threads, show_progress, time.time()))
+                                         initializer=_start, initargs=(threads, show_progress, time.time(), UserStderr()))
         self.peak = first_estimate  # bytes: the largest unit measured so far (at first, the estimate)
         self._measured = False
 
@@ -93,9 +93,9 @@ class Pool:
         return free is None or free >= self.peak
 
 
-def _start(threads: int, show_progress: bool, started: float) -> None:
+def _start(threads: int, show_progress: bool, started: float, err) -> None:
+    """`err`: the user's standard error (a UserStderr, unpickled here); fd 2 is /dev/null unless --verbose."""
     os.environ["OMP_NUM_THREADS"] = str(threads)  # torch, and the runtimes' children, read it when they start
-    err = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1, encoding="utf-8", errors="replace")
 
     def say(msg: str) -> None:
         err.write(f"{time.time() - started:7.1f}s [{os.getpid()}] {msg}\n")

@@ -11,7 +11,8 @@ detected by content) an `ArtifactSize` holds:
 - the fp32 artifact of the same stem and format (beside it), when there is one, for the ratio to it;
 - its parameter count (weight elements, from the weight bytes by dtype), which with the bytes per
   element of its precision (4 fp32, 2 fp16, 1 int8) sets the lower bound of its size;
-- its weight bytes by dtype, its op counts and its largest tensors (`inspect_artifact`).
+- its weight bytes by dtype, its op counts, its largest tensors and its input and output shapes, a
+  dynamic dimension marked (`inspect_artifact`).
 
 Turning a `Report` into JSON, Markdown, HTML or a terminal table is edgekit.features.report.render.
 Importing this module imports no framework.
@@ -56,6 +57,7 @@ class ArtifactSize:
     fp32_path: str | None = None
     fp32_bytes: int | None = None
     notes: tuple[str, ...] = ()
+    io_shapes: dict = field(default_factory=dict)  # the inspection's: {"inputs": [...], "outputs": [...]}
 
     @property
     def bytes(self) -> int:
@@ -83,6 +85,7 @@ class Report:
     artifacts: tuple[ArtifactSize, ...]
     skipped: tuple[dict, ...] = ()  # {"path", "reason"}: files found in a folder that are not artifacts
     notes: tuple[str, ...] = field(default=())
+    latency: dict = field(default_factory=dict)  # artifact path → its timing (edgekit.bench/1's entry), when timed
 
     @property
     def total_bytes(self) -> int:
@@ -170,6 +173,7 @@ def _measure(path: Path, fmt: str) -> ArtifactSize:
         stem=stem, files=files, parameters=parameter_count(ins.weight_bytes_by_dtype),
         weight_bytes_by_dtype=dict(ins.weight_bytes_by_dtype), int8_weight_share=ins.int8_weight_share,
         op_counts=dict(ins.op_counts), largest_tensors=tuple(ins.largest_tensors), notes=tuple(notes),
+        io_shapes=dict(ins.io_shapes),
     )
 
 

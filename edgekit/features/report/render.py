@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgekit.features.report.build import ArtifactSize, Report
+from edgekit.targets.inspection import shape_text, shapes_text
 
 SCHEMA = "edgekit.report/1"
 TOP_OPS = 6  # op types shown in the compact (table, Markdown) views
@@ -57,7 +58,8 @@ def to_json(report: Report) -> dict:
     return {
         "schema": SCHEMA,
         "total_bytes": report.total_bytes,
-        "artifacts": [artifact_json(a) for a in report.artifacts],
+        "artifacts": [artifact_json(a) | ({"latency": report.latency[a.path]} if a.path in report.latency else {})
+                      for a in report.artifacts],
         "skipped": [dict(s) for s in report.skipped],
         "notes": list(report.notes),
     }
@@ -76,6 +78,7 @@ def artifact_json(a: ArtifactSize) -> dict:
         "weight_bytes": a.weight_bytes, "weight_bytes_by_dtype": dict(a.weight_bytes_by_dtype),
         "int8_weight_share": a.int8_weight_share, "op_counts": dict(a.op_counts),
         "largest_tensors": [{**t, "shape": list(t["shape"])} for t in a.largest_tensors],
+        "io_shapes": {k: [dict(e) for e in v] for k, v in a.io_shapes.items()},
         "notes": list(a.notes),
     }
 
@@ -85,13 +88,15 @@ def to_json_text(report: Report) -> str:
 
 
 SUMMARY_COLUMNS = ("artifact", "format", "precision", "size", "files", "vs fp32", "vs lower bound",
-                   "parameters", "weights by dtype", "ops")
+                   "parameters", "weights by dtype", "I/O shapes", "ops")
+SHAPES = SUMMARY_COLUMNS.index("I/O shapes")  # in the terminal, beside the ops (the summary is wide already)
 
 
 def _summary_row(a: ArtifactSize, name: str | None = None, ops: int = TOP_OPS) -> tuple[str, ...]:
     prec = a.precision + ("" if a.precision_source == "name" or a.precision == "fp32" else " (inspected)")
     return (name or a.path, a.format, prec, size_text(a.bytes), str(len(a.files)), ratio_text(a.ratio_to_fp32),
-            ratio_text(a.ratio_to_lower_bound), f"{a.parameters:,}", dtypes_text(a), ops_text(a, ops))
+            ratio_text(a.ratio_to_lower_bound), f"{a.parameters:,}", dtypes_text(a), shapes_text(a.io_shapes),
+            ops_text(a, ops))
 
 
 def display_names(report: Report) -> tuple[str, dict[str, str]]:
@@ -143,16 +148,17 @@ def to_rich(report: Report):
                   caption=f"total {size_text(report.total_bytes)}; vs lower bound = size / (parameters × "
                           "bytes per element: 4 fp32, 2 fp16, 1 int8)")
     right = {"size", "files", "vs fp32", "vs lower bound", "parameters"}
-    for col in SUMMARY_COLUMNS[:-1]:
+    for col in SUMMARY_COLUMNS[:SHAPES]:
         table.add_column(col, justify="right" if col in right else "left", no_wrap=col != "weights by dtype",
                          min_width=len(col) if col != "weights by dtype" else 12)
-    ops = Table(title="ops by type", header_style="bold")
+    ops = Table(title="inputs → outputs and ops by type", header_style="bold")
     ops.add_column("artifact", no_wrap=True)
+    ops.add_column("I/O shapes (? dynamic)", overflow="fold")
     ops.add_column("ops (count)", overflow="fold")
     for a in report.artifacts:
         row = _summary_row(a, names[a.path], ops=12)
-        table.add_row(*(escape(c) for c in row[:-1]))
-        ops.add_row(escape(row[0]), escape(row[-1]))
+        table.add_row(*(escape(c) for c in row[:SHAPES]))
+        ops.add_row(escape(row[0]), escape(row[SHAPES]), escape(row[-1]))
     tensors = Table(title="largest tensors", header_style="bold")
     for col in ("artifact", "tensor", "dtype", "shape", "size"):
         tensors.add_column(col, justify="right" if col == "size" else "left")
@@ -163,6 +169,16 @@ def to_rich(report: Report):
     out = [table]
     if report.artifacts:
         out += [ops, tensors]
+    if report.latency:
+        latency = Table(title="host CPU latency in each runtime (edgekit bench): median (p10–p90)", header_style="bold")
+        for col in ("artifact", "threads", "median", "p10–p90", "vs fp32"):
+            latency.add_column(col, justify="left" if col == "artifact" else "right")
+        for a in report.artifacts:
+            for t in report.latency.get(a.path, {}).get("timings", ()):
+                ratio = report.latency[a.path]["ratio_to_fp32"].get(str(t["threads"]))
+                latency.add_row(escape(names[a.path]), str(t["threads"]), f"{t['median_ms']:.3g} ms",
+                                f"{t['p10_ms']:.3g}–{t['p90_ms']:.3g} ms", ratio_text(ratio))
+        out.append(latency)
     return out
 
 
@@ -176,6 +192,8 @@ def to_html(report: Report) -> str:
              f"<p>{len(report.artifacts)} artifact{'s' if len(report.artifacts) != 1 else ''}, "
              f"{e(size_text(report.total_bytes))} in total.</p>"]
     parts.append(_svg_chart(report))
+    if report.latency:
+        parts.append(_svg_latency(report))
     parts.append("<h2>Artifacts</h2><table><thead><tr>"
                  + "".join(f"<th>{e(c)}</th>" for c in SUMMARY_COLUMNS) + "</tr></thead><tbody>")
     for a in report.artifacts:
@@ -192,6 +210,7 @@ def to_html(report: Report) -> str:
         parts.append(_html_table(("dtype", "bytes", "share"),
                                  [(d, f"{n:,}", f"{n / a.weight_bytes:.1%}" if a.weight_bytes else "—")
                                   for d, n in a.weight_bytes_by_dtype.items()], "Weights by dtype"))
+        parts.append(_html_table(("", "name", "shape", "dynamic dims"), io_rows(a.io_shapes), "Inputs and outputs"))
         parts.append(_html_table(("op", "count"), [(op, str(n)) for op, n in a.op_counts.items()], "Ops"))
         parts.append(_html_table(("tensor", "dtype", "shape", "bytes"),
                                  [(short_name(t["name"], 72), t["dtype"], "×".join(str(d) for d in t["shape"]),
@@ -203,6 +222,16 @@ def to_html(report: Report) -> str:
         parts.append(f"<p class=\"note\">skipped {e(s['path'])}: {e(s['reason'])}</p>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def io_rows(io_shapes: dict) -> list[tuple[str, str, str, str]]:
+    """(input/output, name, shape, its dynamic dimensions) per input and output; ? for what the file does not say."""
+    rows = []
+    for side in ("inputs", "outputs"):
+        for e in io_shapes.get(side, []):
+            dynamic = "?" if e["dynamic"] is None else ", ".join(map(str, e["dynamic"])) or "none"
+            rows.append((side[:-1], e["name"], ("≤" if e.get("bounded") else "") + shape_text(e["shape"]), dynamic))
+    return rows
 
 
 def _html_table(columns, rows, caption: str) -> str:
@@ -242,6 +271,36 @@ def _svg_chart(report: Report) -> str:
     legend = " ".join(f"<span class=\"key\" style=\"background:{c}\"></span>{e(p)}" for p, c in _COLORS.items())
     return ("<figure>" + "".join(out) + f"<figcaption>{legend} · dashed line: lower bound (parameters × bytes per "
             "element)</figcaption></figure>")
+
+
+def _svg_latency(report: Report) -> str:
+    """Latency bars beside the size bars: the median at 1 thread, p10–p90 as a whisker, one <rect> per artifact."""
+    e = html.escape
+    timed = [(a, report.latency[a.path]["timings"][0]) for a in report.artifacts if a.path in report.latency]
+    label_w, bar_w, row_h, value_w = 320, 420, 26, 170
+    width, height = label_w + bar_w + value_w, row_h * len(timed) + 10
+    top = max(t["p90_ms"] for _, t in timed) or 1
+    _, names = display_names(report)
+    threads = timed[0][1]["threads"]
+    out = [f"<svg role=\"img\" aria-label=\"artifact latency\" width=\"{width}\" height=\"{height}\" "
+           f"viewBox=\"0 0 {width} {height}\">"]
+    for i, (a, t) in enumerate(timed):
+        y = 5 + i * row_h
+        w = max(t["median_ms"] / top * bar_w, 1)
+        lo, hi = (label_w + t[k] / top * bar_w for k in ("p10_ms", "p90_ms"))
+        ratio = report.latency[a.path].get("ratio_to_fp32", {}).get(str(threads))
+        label = f"{t['median_ms']:.3g} ms" + (f" ({ratio:.2f}× fp32)" if ratio else "")
+        out.append(f"<text x=\"{label_w - 8}\" y=\"{y + 17}\" text-anchor=\"end\">{e(short_name(names[a.path], 44))}</text>")
+        out.append(f"<rect x=\"{label_w}\" y=\"{y + 3}\" width=\"{w:.1f}\" height=\"{row_h - 6}\" "
+                   f"fill=\"{_COLORS.get(a.precision, '#76b7b2')}\"><title>{e(a.path)}: median {t['median_ms']:.4g} ms, "
+                   f"p10–p90 {t['p10_ms']:.4g}–{t['p90_ms']:.4g} ms over {t['runs']} runs</title></rect>")
+        out.append(f"<line x1=\"{lo:.1f}\" x2=\"{hi:.1f}\" y1=\"{y + row_h - 1.5}\" y2=\"{y + row_h - 1.5}\" "
+                   "stroke=\"#222\"/>")  # under the bar, which stays one colour
+        out.append(f"<text x=\"{max(label_w + w, hi) + 6:.1f}\" y=\"{y + 17}\">{e(label)}</text>")
+    out.append("</svg>")
+    return (f"<h2>Latency</h2><figure>{''.join(out)}<figcaption>host CPU latency in each artifact's own runtime: "
+            f"median at {threads} thread{'s' if threads > 1 else ''}, the line under each bar p10–p90 (edgekit bench)"
+            "</figcaption></figure>")
 
 
 _CSS = """

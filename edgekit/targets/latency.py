@@ -1,0 +1,324 @@
+"""Host CPU latency of one artifact in its own runtime, in a process of its own.
+
+    python -m edgekit.targets.latency JOB.json OUT.json
+
+The job names the artifact (`format`, `path`), the thread counts to time it at (`threads`), optional
+`inputs` (an .npz: the first sample of each input is fed; otherwise seeded random inputs of the
+artifact's own shapes and types) and `shapes` ({input name: shape}, for a dynamic dimension or a .ptl,
+which records none). For each thread count the runtime is opened afresh with that many threads and
+called the way a user's loop calls it (LiteRT's signature runner, an ONNX Runtime session, an
+ExecuTorch method, a lite-interpreter module), warmed up, then timed until the median is stable
+(`samples`); that is done ROUNDS times, each with a new instance of the runtime (its buffers land
+elsewhere, which moves a small model's latency by tens of percent), and the runs are pooled. The process is new for every artifact, so its peak resident memory (`peak_rss_bytes`) is
+the runtime's with this artifact loaded and run; `runtime_rss_bytes` is the same process after
+importing the runtime, before the artifact.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+from edgekit.core.process import die_with_parent
+from edgekit.targets import by_format
+from edgekit.targets.executorch import without_compiler
+from edgekit.targets.ptl import ENGINE
+
+WARMUP_SECONDS = 0.3
+MIN_RUNS = 20
+MIN_SECONDS = 1.0
+MAX_SECONDS = 10.0
+MAX_RUNS = 20000
+STABLE = 0.02  # the medians of the two halves of the runs agree within 2%
+ROUNDS = 3  # instances of the runtime opened one after the other per thread count, their runs pooled
+
+# ExecuTorch's ScalarType codes (c10) of the dtypes an input can have.
+PTE_DTYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16, 6: np.float32,
+              7: np.float64, 11: np.bool_}
+ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+              "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Latency over `runs` timed calls, in milliseconds: the median, the 10th and 90th percentiles
+    (`spread_ms` = p90 − p10), and whether the median had settled (`stable`)."""
+
+    threads: int
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    spread_ms: float
+    runs: int
+    stable: bool
+
+    @classmethod
+    def of(cls, threads: int, seconds: list[float], stable: bool) -> "Timing":
+        ms = np.asarray(seconds) * 1e3
+        p10, p90 = (float(v) for v in np.percentile(ms, [10, 90]))
+        return cls(threads, float(np.median(ms)), p10, p90, p90 - p10, len(ms), stable)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def settled(seconds: list[float], tolerance: float = STABLE) -> bool:
+    """Whether the median of the first half of the runs and that of the second half agree."""
+    half = len(seconds) // 2
+    if half < MIN_RUNS // 2:
+        return False
+    first, second = statistics.median(seconds[:half]), statistics.median(seconds[half:])
+    return abs(first - second) <= tolerance * max(first, second)
+
+
+def timed(call: Callable[[], object], threads: int, *, min_seconds: float = MIN_SECONDS,
+          max_seconds: float = MAX_SECONDS, clock=time.perf_counter) -> Timing:
+    """`call`'s latency (see `samples`)."""
+    seconds, stable = samples(call, min_seconds=min_seconds, max_seconds=max_seconds, clock=clock)
+    return Timing.of(threads, seconds, stable)
+
+
+def samples(call: Callable[[], object], *, min_seconds: float = MIN_SECONDS, max_seconds: float = MAX_SECONDS,
+            clock=time.perf_counter) -> tuple[list[float], bool]:
+    """Warm `call` up, then time it until at least MIN_RUNS runs and `min_seconds` have passed and the
+    median has settled, or `max_seconds` have passed; the seconds of each run, and whether it settled."""
+    start = clock()
+    warm = 0
+    while warm < 3 or clock() - start < WARMUP_SECONDS:
+        call()
+        warm += 1
+    seconds: list[float] = []
+    gc.disable()  # as timeit does: a collection is not the runtime's time
+    try:
+        start = clock()
+        while True:
+            t = clock()
+            call()
+            seconds.append(clock() - t)
+            elapsed = clock() - start
+            if len(seconds) >= MIN_RUNS and elapsed >= min_seconds and len(seconds) % 10 == 0 and settled(seconds):
+                return seconds, True
+            if (elapsed >= max_seconds and len(seconds) >= 3) or len(seconds) >= MAX_RUNS:
+                return seconds, settled(seconds)
+    finally:
+        gc.enable()
+
+
+def _feed(shape, dtype, given: np.ndarray | None, rng) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if given is not None and given.dtype == dtype and tuple(given.shape) == tuple(shape):
+        return np.ascontiguousarray(given)
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype in (np.int8, np.uint8):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    return np.ones(shape, dtype)  # token ids and masks: 1 is valid for both
+
+
+def _dims(dims) -> list[int | None]:
+    """A runtime's input dimensions as ints, None where dynamic (-1, 0, a symbol or missing)."""
+    out = []
+    for d in dims:
+        try:
+            n = int(d)
+        except (TypeError, ValueError):
+            n = None
+        out.append(n if n is not None and n > 0 else None)
+    return out
+
+
+def _shape(dims, name: str, shapes: dict, given: np.ndarray | None) -> tuple[int, ...]:
+    if name in shapes:
+        return tuple(shapes[name])
+    dims = _dims(dims)
+    if given is not None and len(given.shape) == len(dims):
+        return tuple(int(g) if d is None else d for d, g in zip(dims, given.shape))
+    return tuple(1 if d is None else d for d in dims)  # a dynamic dimension at 1
+
+
+def _given(inputs: dict[str, np.ndarray], name: str, i: int, dims) -> np.ndarray | None:
+    """The given sample for input `name` (or the i-th), with or without its leading sample axis to match
+    the artifact's rank."""
+    values = list(inputs.values())
+    x = inputs.get(name, values[i] if i < len(values) else None)
+    if x is None:
+        return None
+    for candidate in (x[0], x):  # the .npz holds samples along its first axis
+        if candidate.ndim == len(dims):
+            return candidate
+    return None
+
+
+def open_tflite(path: str, threads: int, inputs: dict, shapes: dict, rng):
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_path=path, num_threads=threads)
+    signatures = interp.get_signature_list()
+    if signatures:
+        runner = interp.get_signature_runner(next(iter(signatures)))
+        details = runner.get_input_details()
+        feeds = {}
+        for i, (key, d) in enumerate(details.items()):
+            g = _given(inputs, key, i, d["shape"])
+            feeds[key] = _feed(_shape(list(d["shape"]), key, shapes, g), d["dtype"], g, rng)
+        return (lambda: runner(**feeds)), _specs(feeds)
+    details = interp.get_input_details()
+    for i, d in enumerate(details):
+        shape = _shape(list(d["shape_signature"]), d["name"], shapes, _given(inputs, d["name"], i, d["shape"]))
+        if tuple(shape) != tuple(d["shape"]):
+            interp.resize_tensor_input(d["index"], shape)
+    interp.allocate_tensors()
+    feeds = {}
+    for i, d in enumerate(interp.get_input_details()):
+        g = _given(inputs, d["name"], i, d["shape"])
+        feeds[d["name"]] = _feed(tuple(d["shape"]), d["dtype"], g, rng)
+        interp.set_tensor(d["index"], feeds[d["name"]])
+    return interp.invoke, _specs(feeds)
+
+
+def open_onnx(path: str, threads: int, inputs: dict, shapes: dict, rng, *, ort_format: bool = False):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    if ort_format:  # as edgekit.targets.ort runs it: the graph exactly as saved, as a mobile build does
+        opts.add_session_config_entry("session.load_model_format", "ORT")
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    feeds = {}
+    for i, x in enumerate(session.get_inputs()):
+        if x.type not in ORT_DTYPES:
+            raise ValueError(f"input {x.name} has type {x.type}, which edgekit cannot make inputs for")
+        g = _given(inputs, x.name, i, x.shape)
+        feeds[x.name] = _feed(_shape(list(x.shape), x.name, shapes, g), ORT_DTYPES[x.type], g, rng)
+    return (lambda: session.run(None, feeds)), _specs(feeds)
+
+
+def open_pte(path: str, threads: int, inputs: dict, shapes: dict, rng):
+    import torch
+    import executorch.kernels.quantized  # noqa: F401  (int8 lookups outside XNNPACK run in these kernels)
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+    from executorch.runtime import Runtime
+
+    _unsafe_reset_threadpool(threads)  # XNNPACK's threads; the pool is otherwise sized to the machine
+    program = Runtime.get().load_program(path)
+    method = program.load_method("forward")
+    meta = method.metadata
+    feeds = {}
+    for i in range(meta.num_inputs()):
+        info = meta.input_tensor_meta(i)
+        name = f"input_{i}"
+        if info.dtype() not in PTE_DTYPES:
+            raise ValueError(f"input {i} has ExecuTorch dtype code {info.dtype()}, which edgekit cannot make inputs for")
+        g = _given(inputs, name, i, info.sizes())
+        feeds[name] = _feed(_shape(list(info.sizes()), name, shapes, g), PTE_DTYPES[info.dtype()], g, rng)
+    args = [torch.from_numpy(x) for x in feeds.values()]
+    return (lambda: method.execute(args)), _specs(feeds)
+
+
+def open_ptl(path: str, threads: int, inputs: dict, shapes: dict, rng):
+    import torch
+    from torch.jit.mobile import _load_for_lite_interpreter
+
+    if not shapes:
+        raise ValueError("a .ptl file does not record its input shapes: pass --input-shape NAME=1,3,224,224 "
+                         "(one per input, in call order)")
+    torch.set_num_threads(threads)
+    if ENGINE in torch.backends.quantized.supported_engines:
+        torch.backends.quantized.engine = ENGINE
+    module = _load_for_lite_interpreter(path, map_location="cpu")
+    feeds = {}
+    for i, (name, shape) in enumerate(shapes.items()):
+        feeds[name] = _feed(shape, np.float32, _given(inputs, name, i, shape), rng)
+    args = [torch.from_numpy(x) for x in feeds.values()]
+
+    def call():
+        with torch.no_grad():
+            return module(*args)
+
+    return call, _specs(feeds)
+
+
+OPEN = {"tflite": open_tflite, "onnx": open_onnx, "ort": lambda *a: open_onnx(*a, ort_format=True),
+        "pte": open_pte, "ptl": open_ptl}
+
+
+def _specs(feeds: dict[str, np.ndarray]) -> list[dict]:
+    return [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()]
+
+
+def _status_bytes(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (VmRSS now, VmHWM its peak), in bytes."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _peak_bytes() -> int:
+    # VmHWM starts afresh at exec; getrusage's ru_maxrss keeps the parent's peak across fork and exec
+    return _status_bytes("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def measure(job: dict) -> dict:
+    fmt, path = job["format"], job["path"]
+    inputs: dict[str, np.ndarray] = {}
+    if job.get("inputs"):
+        with np.load(job["inputs"]) as data:
+            inputs = {k: data[k][:1] for k in data.files if k != "labels"}
+    shapes = {k: tuple(v) for k, v in (job.get("shapes") or {}).items()}
+    if fmt == "pte":
+        without_compiler()  # the runtime alone, as in the runtime worker: not the compiler's memory
+    for module in by_format(fmt).modules:
+        importlib.import_module(module)
+    runtime_rss = _status_bytes("VmRSS")
+    timings, specs = [], []
+    min_seconds, max_seconds = job.get("min_seconds", MIN_SECONDS), job.get("max_seconds", MAX_SECONDS)
+    for threads in job["threads"]:
+        pooled, stable = [], True
+        for _ in range(ROUNDS):  # fresh instances: where the runtime put its buffers changes the latency too
+            call, specs = OPEN[fmt](path, threads, inputs, shapes, np.random.default_rng(0))
+            seconds, settled_ = samples(call, min_seconds=min_seconds / ROUNDS, max_seconds=max_seconds / ROUNDS)
+            pooled += seconds
+            stable = stable and settled_
+            del call
+            gc.collect()
+        timings.append(Timing.of(threads, pooled, stable).to_json())
+    return {"timings": timings, "inputs": specs, "peak_rss_bytes": _peak_bytes(), "runtime_rss_bytes": runtime_rss}
+
+
+def main(argv: list[str]) -> int:
+    die_with_parent()
+    job_path, out_path = argv
+    with open(job_path) as f:
+        job = json.load(f)
+    os.environ["TMPDIR"] = job.get("tmp") or os.environ.get("TMPDIR", "")
+    try:
+        result = measure(job)
+    except (ValueError, RuntimeError) as e:  # the runtime refused the artifact or edgekit's inputs: say why
+        print(f"Error: {type(e).__name__}: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
