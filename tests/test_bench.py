@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
+from edgekit.cli.render import OWN_STDERR_LINE
 from edgekit.core.errors import BadInput
 from edgekit.features.bench import cores, parse_threads
 from edgekit.targets.latency import MIN_RUNS, Timing, settled, timed
@@ -78,6 +79,7 @@ def digits_bench(converted_digits, digits_int8_auto, tmp_path_factory):
 def test_bench_times_fp32_and_int8_on_every_runtime_with_the_ratio(digits_bench):
     _, doc, stderr = digits_bench
     assert doc["schema"] == "edgekit.bench/1" and doc["host"]["label"] == "host CPU latency"
+    assert [line for line in stderr.splitlines() if line.strip() and not OWN_STDERR_LINE.match(line)] == []
     threads = list(parse_threads("1,all"))
     by = {(a["format"], a["precision"]): a for a in doc["artifacts"]}
     assert set(by) == {(f, p) for f in ("tflite", "pte", "onnx", "ort") for p in ("fp32", "int8")}
@@ -202,3 +204,19 @@ def test_report_html_shows_latency_beside_size_in_a_browser(converted_digits, tm
         top = max(a["latency"]["timings"][0]["p90_ms"] for a in doc["artifacts"])
         assert abs(b["width"] - m / top * 420) <= 3, (b, m, top)
     assert longest > 50
+
+
+@pytest.mark.slow
+def test_demo_shows_every_target_at_fp32_and_int8_and_writes_the_report(tmp_path):
+    out = tmp_path / "demo"
+    proc = run_cli("demo", "-o", out, timeout=1500)
+    assert proc.returncode == 0, proc.stderr
+    for target in ("tflite", "executorch", "ptl (legacy)", "onnx", "ort"):
+        for precision in ("fp32", "int8"):
+            assert any(f"│ {target}" in line and f"│ {precision} " in line and "pass" in line
+                       for line in proc.stdout.splitlines()), (target, precision, proc.stdout)
+    page = out / "report.html"
+    assert f"open {page}" in proc.stderr
+    html = page.read_text()
+    assert 'aria-label="artifact sizes"' in html and 'aria-label="artifact latency"' in html
+    assert html.count("× fp32)") == 4  # the int8 tflite, pte, onnx and ort bars say their ratio (a .ptl is not timed)

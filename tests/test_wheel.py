@@ -10,6 +10,7 @@ then available.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,8 +25,9 @@ pytestmark = pytest.mark.slow
 
 
 def run(*args, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing but the venv's own packages
     return subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, env=env)
 
 
 def test_the_wheel_installs_in_a_fresh_venv_and_names_the_missing_extras(tmp_path):

@@ -211,7 +211,10 @@ def report(
         from edgekit.features.bench import bench as time_artifacts
 
         timed = time_artifacts(paths, progress=Reporter(_stderr()).step)
-        result = replace(result, latency={a.path: a.to_json() for a in timed.artifacts if a.given})
+        result = replace(result, latency={a.path: a.to_json() for a in timed.artifacts if a.given},
+                         notes=result.notes + tuple(f"not timed: {s['path']}: {s['reason']}" for s in timed.skipped
+                                                    if s["path"] not in {k["path"] for k in result.skipped})
+                         + timed.warnings)
     if html_out is not None:
         html_out.write_text(sizes.to_html(result), encoding="utf-8")
         print(f"edgekit: wrote {html_out}", file=sys.stderr)
