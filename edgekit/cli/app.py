@@ -159,7 +159,7 @@ def convert(
     if as_json:
         render_result(result, reporter.console)
         doc = result.to_json() | ({"bench": timed.to_json()} if timed else {})
-        sys.stdout.write(json.dumps(_finite(doc), indent=2, allow_nan=False) + "\n")
+        _write_json(doc)
     else:
         render_result(result, None)
     if timed is not None:
@@ -219,7 +219,7 @@ def report(
         html_out.write_text(sizes.to_html(result), encoding="utf-8")
         print(f"edgekit: wrote {html_out}", file=sys.stderr)
     if as_json:
-        sys.stdout.write(json.dumps(_finite(sizes.to_json(result)), indent=2, allow_nan=False) + "\n")
+        _write_json(sizes.to_json(result))
     elif markdown:
         sys.stdout.write(sizes.to_markdown(result))
     else:
@@ -246,7 +246,7 @@ def inspect(
 
     items = inspect_files(paths)
     if as_json:
-        sys.stdout.write(json.dumps(_finite(to_json(items)), indent=2, allow_nan=False) + "\n")
+        _write_json(to_json(items))
     else:
         render_inspections(items, _console())
 
@@ -297,7 +297,7 @@ def bench(
         report = timing.bench(paths, threads=counts, inputs=str(inputs) if inputs else None, shapes=shapes,
                               min_seconds=min_seconds, progress=reporter.step)
     if as_json:
-        sys.stdout.write(json.dumps(_finite(report.to_json()), indent=2, allow_nan=False) + "\n")
+        _write_json(report.to_json())
     else:
         render_bench(report)
     for s in report.skipped:
@@ -384,22 +384,18 @@ def check(
     from edgekit.sources.loading import SourceOptions
 
     trust = SourceOptions(trust_pickle=trust_pickle, trust_model_code=trust_model_code)
-    seeds = {} if update_baseline else gate.baseline_seeds(baseline)  # searches start where the baseline ended
-    cases = gate.run_checks(models, str(out), progress=reporter.step, attribution=attribution, trust=trust,
-                            seeds=seeds, cache=_cache(no_cache), jobs=jobs, executor=executor,
-                            ray_address=ray_address)
+    cases = list(gate.run_config(config, out, models=models, jobs=jobs, executor=executor, ray_address=ray_address,
+                                 attribution=attribution, baseline=baseline, update_baseline=update_baseline,
+                                 trust=trust, cache=not no_cache, progress=reporter.step).cases)
     if update_baseline:
-        gate.write_baseline(cases, baseline)
         print(f"edgekit: wrote the baseline {baseline}", file=sys.stderr)
-    elif baseline.is_file():
-        cases = gate.compare_baseline(cases, baseline)
     if junit is not None:
         junit.write_text(gate.to_junit(cases), encoding="utf-8")
     if summary is not None:
         with open(summary, "a", encoding="utf-8") as f:
             f.write(gate.to_markdown(cases))
     if as_json:
-        sys.stdout.write(json.dumps(_finite(gate.to_json(cases)), indent=2, allow_nan=False) + "\n")
+        _write_json(gate.to_json(cases))
     from edgekit.core.drift import SHOWN
 
     for c in cases:
@@ -479,6 +475,13 @@ def _cache(no_cache: bool):
     return None if no_cache else ArtifactCache()
 
 
+def _write_json(doc) -> None:
+    """One JSON document on stdout, NaN and infinities as null (edgekit.core.results.finite)."""
+    from edgekit.core.results import finite
+
+    sys.stdout.write(json.dumps(finite(doc), indent=2, allow_nan=False) + "\n")
+
+
 def _output_file(path: Path | None, option: str) -> None:
     """Check, before any work, that `path` can be written: its folder is made if missing."""
     if path is None:
@@ -503,16 +506,6 @@ def _output_folder(path: Path, option: str = "--out") -> None:
     if not os.access(probe, os.W_OK):
         raise BadInput(f"{option} {path}: cannot write into {probe} (permission denied)",
                        fix="choose a folder you can write to")
-
-
-def _finite(obj):
-    if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def main() -> None:

@@ -55,7 +55,7 @@ class CheckResult:
         return to_markdown(list(self.cases))
 
 
-def run_config(config: str | Path, out: str | Path, *, jobs: int = 1, executor: str = "local",
+def run_config(config: str | Path, out: str | Path, *, models=None, jobs: int = 1, executor: str = "local",
                ray_address: str | None = None, attribution: str = "failing", baseline: str | Path | None = None,
                update_baseline: bool = False, trust: SourceOptions | None = None, cache: bool = False,
                progress=None) -> CheckResult:
@@ -64,9 +64,10 @@ def run_config(config: str | Path, out: str | Path, *, jobs: int = 1, executor: 
     The baseline (`baseline`, else edgekit.baseline.json beside the config) seeds the searches and is
     compared with when it exists; with `update_baseline` this run's results are written to it instead.
     `trust` carries trust_pickle/trust_model_code (never read from the config); `cache` uses the artifact
-    cache (edgekit.engine.cache); `progress` receives one line per step. Options are as checked by the caller.
+    cache (edgekit.engine.cache); `progress` receives one line per step; `models`: the config as
+    load_config read it, when the caller already did. Options are as checked by the caller.
     """
-    models = load_config(config)
+    models = models if models is not None else load_config(config)
     baseline = Path(baseline) if baseline is not None else Path(config).with_name("edgekit.baseline.json")
     seeds = {} if update_baseline else baseline_seeds(baseline)  # searches start where the baseline ended
     cases = run_checks(models, str(out), progress=progress, attribution=attribution, trust=trust, seeds=seeds,
