@@ -9,9 +9,10 @@ which records none). For each thread count the runtime is opened afresh with tha
 called the way a user's loop calls it (LiteRT's signature runner, an ONNX Runtime session, an
 ExecuTorch method, a lite-interpreter module), warmed up, then timed until the median is stable
 (`samples`); that is done ROUNDS times, each with a new instance of the runtime (its buffers land
-elsewhere, which moves a small model's latency by tens of percent), and the runs are pooled. The process is new for every artifact, so its peak resident memory (`peak_rss_bytes`) is
-the runtime's with this artifact loaded and run; `runtime_rss_bytes` is the same process after
-importing the runtime, before the artifact.
+elsewhere, which moves a small model's latency by tens of percent), and the runs are pooled. The
+process is new for every artifact, so its peak resident memory (`peak_rss_bytes`) is the runtime's
+with this artifact loaded and run; `runtime_rss_bytes` is the same process after importing the
+runtime, before the artifact.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import numpy as np
 from edgekit.core.process import die_with_parent
 from edgekit.targets import by_format
 from edgekit.targets.executorch import without_compiler
+from edgekit.targets.onnx import ORT_TYPES
+from edgekit.targets.onnx import session as onnx_session
 from edgekit.targets.ptl import ENGINE
 
 WARMUP_SECONDS = 0.3
@@ -45,8 +48,6 @@ ROUNDS = 3  # instances of the runtime opened one after the other per thread cou
 # ExecuTorch's ScalarType codes (c10) of the dtypes an input can have.
 PTE_DTYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16, 6: np.float32,
               7: np.float64, 11: np.bool_}
-ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-              "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(bool)": np.bool_}
 
 
 @dataclass(frozen=True)
@@ -188,22 +189,13 @@ def open_tflite(path: str, threads: int, inputs: dict, shapes: dict, rng):
 
 
 def open_onnx(path: str, threads: int, inputs: dict, shapes: dict, rng, *, ort_format: bool = False):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    if ort_format:  # as edgekit.targets.ort runs it: the graph exactly as saved, as a mobile build does
-        opts.add_session_config_entry("session.load_model_format", "ORT")
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    session = onnx_session(path, threads=threads, ort_format=ort_format)  # as the verifier runs it
     feeds = {}
     for i, x in enumerate(session.get_inputs()):
-        if x.type not in ORT_DTYPES:
+        if x.type not in ORT_TYPES:
             raise ValueError(f"input {x.name} has type {x.type}, which edgekit cannot make inputs for")
         g = _given(inputs, x.name, i, x.shape)
-        feeds[x.name] = _feed(_shape(list(x.shape), x.name, shapes, g), ORT_DTYPES[x.type], g, rng)
+        feeds[x.name] = _feed(_shape(list(x.shape), x.name, shapes, g), ORT_TYPES[x.type], g, rng)
     return (lambda: session.run(None, feeds)), _specs(feeds)
 
 

@@ -7,20 +7,32 @@ import numpy as np
 from edgekit.core import io_params
 from edgekit.core.signature import Signature
 
-_ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-              "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
-              "tensor(bool)": np.bool_}
+ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
+             "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
+             "tensor(bool)": np.bool_}
+
+
+def session(path: str, *, threads: int = 1, ort_format: bool = False):
+    """An ONNX Runtime CPU session on `path` as edgekit runs it: `threads` threads, quiet. An .ort
+    (`ort_format`) is loaded as ORT format and run exactly as saved, with no graph optimization: a
+    minimal or mobile build of ONNX Runtime cannot optimize an .ort at load, so neither does edgekit."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    if ort_format:
+        opts.add_session_config_entry("session.load_model_format", "ORT")
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
 class OnnxRunner:
-    def __init__(self, path: str, signature: Signature):
-        import onnxruntime as ort
+    ORT_FORMAT = False  # the .ort runner: True
 
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
-        opts.log_severity_level = 3
-        self.configure(opts)
-        self.session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    def __init__(self, path: str, signature: Signature):
+        self.session = session(path, ort_format=self.ORT_FORMAT)
         self.signature = signature
         inputs = self.session.get_inputs()
         by_name = {i.name: i for i in inputs}
@@ -28,9 +40,6 @@ class OnnxRunner:
         self.inputs = [by_name[n] for n in ours] if set(ours) <= set(by_name) else inputs
         # Integer I/O: the parameters are written beside the model by the quantizer.
         self.io = io_params.read(path) or {"inputs": [], "outputs": []}
-
-    def configure(self, opts) -> None:
-        """Adjust the session options before the session is made (subclasses: the .ort runner)."""
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         outputs = []
@@ -47,5 +56,5 @@ class OnnxRunner:
             p = self.io["inputs"][i] if i < len(self.io["inputs"]) else None
             if p is not None:
                 x = io_params.quantize(x, p["scale"], p["zero_point"], np.dtype(p["dtype"]))
-            onnx_feeds[meta.name] = x.astype(_ORT_TYPES.get(meta.type, np.float32), copy=False)
+            onnx_feeds[meta.name] = x.astype(ORT_TYPES.get(meta.type, np.float32), copy=False)
         return onnx_feeds

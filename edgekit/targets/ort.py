@@ -11,8 +11,4 @@ from edgekit.targets.onnx import OnnxRunner
 
 
 class OrtRunner(OnnxRunner):
-    def configure(self, opts) -> None:
-        import onnxruntime as ort
-
-        opts.add_session_config_entry("session.load_model_format", "ORT")
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ORT_FORMAT = True
