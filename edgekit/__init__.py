@@ -1,7 +1,7 @@
 """edgekit: PyTorch, TensorFlow/Keras and ONNX models to LiteRT/TFLite, ExecuTorch, ONNX, ONNX Runtime's mobile
 format and PyTorch Mobile, each artifact proven in its own runtime.
 
-The Python API is the two main commands in Python form:
+The Python API is the main commands in Python form:
 
     import edgekit
 
@@ -9,12 +9,14 @@ The Python API is the two main commands in Python form:
     result.artifacts[0].verdict.status          # "pass" or "fail", with .metrics and .reasons
     checked = edgekit.check("edgekit.toml", jobs=2)
     checked.failed                              # the cases that broke a budget; .to_json(), .to_junit()
+    timed = edgekit.bench("edgekit-out")        # host CPU latency per artifact; .to_json() is `bench --json`
 
 `convert` returns a `ConvertResult` (an `ArtifactResult` per target), `check` a `CheckResult` (a `Case` per
-model × target × precision). What was given is checked before any work: a bad keyword or value, a missing
-file or a damaged model raises `BadInput` (the command line's exit 2), a converter or runtime that fails
-`ConversionFailed` (exit 3), a missing extra `MissingDependency` (exit 4); all three are `EdgekitError`s
-with `.message` and `.fix`. A failed verdict or a broken budget is a result, not an exception.
+model × target × precision), `bench` a `BenchReport` (an `ArtifactLatency` per artifact). What was given
+is checked before any work: a bad keyword or value, a missing file or a damaged model raises `BadInput`
+(the command line's exit 2), a converter or runtime that fails `ConversionFailed` (exit 3), a missing
+extra `MissingDependency` (exit 4); all three are `EdgekitError`s with `.message` and `.fix`. A failed
+verdict or a broken budget is a result, not an exception.
 
 Importing edgekit loads no framework (nor numpy): torch, litert, executorch and onnxruntime are imported by
 the converter or runner that needs them, and the result types when first used.
@@ -36,12 +38,15 @@ from edgekit.core.signature import Signature, TensorSpec
 
 if TYPE_CHECKING:
     from edgekit.core.results import ArtifactResult, ConvertResult
+    from edgekit.features.bench import ArtifactLatency, BenchReport
     from edgekit.features.check import Case, CheckResult
 
 __version__ = "0.1.0"
 __all__ = [
+    "ArtifactLatency",
     "ArtifactResult",
     "BadInput",
+    "BenchReport",
     "Case",
     "CheckResult",
     "ConversionFailed",
@@ -51,6 +56,7 @@ __all__ = [
     "ModelArtifact",
     "Signature",
     "TensorSpec",
+    "bench",
     "check",
     "convert",
     "detect",
@@ -200,6 +206,60 @@ def check(config: str | os.PathLike = "edgekit.toml", *, out: str | os.PathLike 
                           cache=cache, progress=progress)
 
 
+def bench(artifacts: str | os.PathLike | Iterable[str | os.PathLike] | ConvertResult, *,
+          threads: str | Iterable[int | str] = "1,all", inputs: str | os.PathLike | None = None,
+          input_shapes: Mapping[str, Iterable[int]] | Iterable[str] | None = None, min_seconds: float = 1.0,
+          progress: Callable[[str], object] | None = None, **unknown) -> BenchReport:
+    """Host CPU latency of each artifact in its own runtime, its peak memory, and int8 ÷ fp32: `edgekit bench`
+    on artifacts in Python form.
+
+    - `artifacts`: an artifact (.tflite, .pte, .ptl, .onnx, .ort), a folder holding them, a list of either, or
+      a `ConvertResult` (its artifacts). An int8 artifact is compared with the fp32 artifact of the same stem
+      and format beside it, which is timed too.
+    - `threads`: the thread counts, "1,all" (default: 1 and every core) or a list such as [1, 4].
+    - `inputs`: an .npz whose first sample of each input is fed (default: seeded random inputs of the
+      artifact's own shapes and types); `input_shapes` ({input: shape}) sizes a dynamic dimension or a .ptl.
+    - `min_seconds`: each artifact is timed at each thread count for at least this long (at most 10×).
+
+    Returns a `BenchReport`: `.artifacts` (an `ArtifactLatency` each: `.path`, `.format`, `.precision`,
+    `.median_ms(threads)`, `.timings` with median, p10, p90 and runs per thread count, `.peak_rss_bytes`,
+    `.ratio_to_fp32` {threads: int8 ÷ fp32}, `.warnings` where int8 is not faster, with the likely reasons),
+    `.skipped`, `.warnings`, `.host` (the CPU it ran on) and `.to_json()` (the `edgekit bench --json`
+    document). The figures are this host's CPU, not a phone's.
+    """
+    _refuse_unknown(bench, unknown)
+    from edgekit.core.results import ConvertResult as Converted  # local: numpy stays off `import edgekit`
+    from edgekit.core.signature import parse_input_shapes  # local: as above
+    from edgekit.features.bench import bench as time_artifacts, parse_threads  # local: the engine, as above
+
+    if isinstance(artifacts, Converted):
+        paths = [a.artifact.path for a in artifacts.artifacts]
+    elif isinstance(artifacts, (str, os.PathLike)):
+        paths = [_path(artifacts, "artifacts")]
+    elif isinstance(artifacts, Iterable):
+        paths = [_path(a, "artifacts") for a in artifacts]
+    else:
+        paths = []
+    if not paths:
+        raise BadInput(f"artifacts={artifacts!r}", fix="give an artifact, a folder, a list of them or a ConvertResult")
+    for path in paths:
+        if not os.path.exists(path):
+            raise BadInput(f"{path}: no such file or folder", fix="give an artifact or a folder holding artifacts")
+    if isinstance(threads, str):
+        counts = parse_threads(threads)
+    elif isinstance(threads, Iterable) and all(isinstance(n, (int, str)) and not isinstance(n, bool) for n in threads):
+        counts = parse_threads(",".join(map(str, threads)))
+    else:
+        raise BadInput(f"threads={threads!r}", fix="give '1,all' or a list of counts such as [1, 4]")
+    if isinstance(min_seconds, bool) or not isinstance(min_seconds, (int, float)) or not min_seconds > 0:
+        raise BadInput(f"min_seconds={min_seconds!r} is not a positive number of seconds")
+    _progress(progress)
+    shapes = {s.name: list(s.shape) for s in parse_input_shapes(_shapes(input_shapes))}
+    with _as_a_command():
+        return time_artifacts(paths, threads=counts, inputs=_path(inputs, "inputs") if inputs is not None else None,
+                              shapes=shapes, min_seconds=float(min_seconds), progress=progress)
+
+
 def __getattr__(name: str):
     """The result types, imported when first used: they bring numpy and the engine, which `import edgekit` does not."""
     if name in ("ConvertResult", "ArtifactResult"):
@@ -208,6 +268,9 @@ def __getattr__(name: str):
     if name in ("CheckResult", "Case"):
         from edgekit.features import check as gate  # local: the engine (~0.4 s) stays off `import edgekit`
         return getattr(gate, name)
+    if name in ("BenchReport", "ArtifactLatency"):
+        from edgekit.features import bench as timing  # local: as above
+        return getattr(timing, name)
     raise AttributeError(f"module 'edgekit' has no attribute {name!r}")
 
 

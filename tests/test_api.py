@@ -28,7 +28,7 @@ def python_api_blocks() -> list[str]:
 
 
 def test_the_readme_calls_the_api_with_keywords_it_takes():
-    """Every edgekit.convert/check call the README shows uses keywords the functions have (their `**unknown`
+    """Every edgekit.convert/check/bench call the README shows uses keywords the functions have (their `**unknown`
     only refuses)."""
     called = set()
     for block in python_api_blocks():
@@ -39,7 +39,7 @@ def test_the_readme_calls_the_api_with_keywords_it_takes():
                 params = {n for n, p in inspect.signature(fn).parameters.items() if p.kind != p.VAR_KEYWORD}
                 assert {k.arg for k in node.keywords} <= params, (node.func.attr, {k.arg for k in node.keywords} - params)
                 called.add(node.func.attr)
-    assert called == {"convert", "check"}
+    assert called == {"convert", "check", "bench"}
 
 
 @pytest.mark.slow

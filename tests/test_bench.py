@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
+import edgekit
 from edgekit.cli.render import OWN_STDERR_LINE
 from edgekit.core.errors import BadInput
 from edgekit.features.bench import cores, parse_threads
@@ -112,6 +113,29 @@ def test_a_second_run_agrees_within_the_spread_it_reports(digits_bench):
     for a in first["artifacts"]:
         t1, t2 = a["timings"][0], second[a["path"]]
         assert abs(t1["median_ms"] - t2["median_ms"]) <= max(t1["spread_ms"], t2["spread_ms"]), (a["path"], t1, t2)
+
+
+@pytest.mark.slow
+def test_the_python_api_times_an_int8_artifact_against_its_fp32_partner(digits_bench):
+    """edgekit.bench on the int8 .onnx alone: the fp32 .onnx beside it is timed too, for the ratio."""
+    out, _, _ = digits_bench
+    [int8] = [p for p in out.glob("*.onnx") if ".int8." in p.name]
+    lines: list[str] = []
+    report = edgekit.bench(int8, threads=[1], min_seconds=0.2, progress=lines.append)
+    assert isinstance(report, edgekit.BenchReport)
+    quantized, fp32 = sorted(report.artifacts, key=lambda a: a.precision != "int8")
+    assert (quantized.path, quantized.precision, quantized.given) == (str(int8), "int8", True)
+    assert (fp32.format, fp32.precision, fp32.given) == ("onnx", "fp32", False) and quantized.fp32_path == fp32.path
+    assert quantized.ratio_to_fp32[1] == pytest.approx(quantized.median_ms(1) / fp32.median_ms(1))
+    assert quantized.peak_rss_bytes > 10 * 2**20 and len(lines) == 2 and "onnx" in lines[0]
+    doc = report.to_json()
+    assert doc["schema"] == "edgekit.bench/1" and json.loads(json.dumps(doc)) == doc
+    with pytest.raises(edgekit.BadInput, match="did you mean threads="):
+        edgekit.bench(int8, thread=1)
+    with pytest.raises(edgekit.BadInput, match="not a thread count"):
+        edgekit.bench(int8, threads="0")
+    with pytest.raises(edgekit.BadInput, match="no such file"):
+        edgekit.bench(out / "missing.tflite")
 
 
 @pytest.mark.slow

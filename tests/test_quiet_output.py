@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,6 +85,20 @@ def _assert_only_edgekit(proc, code: int = 0) -> None:
 
 
 @pytest.mark.slow
+def test_a_native_crash_in_edgekits_process_is_told_while_native_chatter_is_not():
+    """Inside a quiet command fd 2 is /dev/null; a segfault must still reach the user, with the stack."""
+    code = ("import ctypes, os, sys\n"
+            "from edgekit.core.quiet import own_output\n"
+            "with own_output(False):\n"
+            "    os.write(2, b'native chatter\\n')\n"
+            "    print('edgekit: converting', file=sys.stderr)\n"
+            "    ctypes.string_at(0)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -11, proc.stderr  # SIGSEGV
+    assert "edgekit: converting" in proc.stderr and "native chatter" not in proc.stderr
+    assert "Fatal Python error: Segmentation fault" in proc.stderr and 'File "<string>", line 6' in proc.stderr
+
+
 def test_report_on_every_format_prints_only_edgekits_lines(converted_digits):
     result, _ = converted_digits
     paths = [r.artifact.path for r in result.artifacts]

@@ -12,13 +12,16 @@ converts or runs out of both streams, whatever the mode. Where the noise comes f
 - TF_CPP_MIN_LOG_LEVEL=2 (unless set), so TensorFlow, here and in the processes edgekit starts, does not
   log its C++ INFO and WARNING lines at all.
 
-What explains a failure is not lost: a library's exception text is in edgekit's error line, and a runtime
-worker's stderr (a file of its own) is quoted when it crashes.
+What explains a failure is not lost: a library's exception text is in edgekit's error line, a runtime
+worker's stderr (a file of its own) is quoted when it crashes, and should edgekit's own process die of a
+fatal signal (a segfault or an abort in native code), Python's fault handler writes the error and the
+stack of every thread to the user's standard error.
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import os
 import shutil
@@ -135,6 +138,8 @@ def own_output(verbose: bool) -> Iterator[None]:
         sys.stdout = _Announcing(streams[0])
         sys.stderr = _Announcing(open(user, "w", buffering=1, encoding=encoding, errors="backslashreplace",
                                       closefd=False))
+        handling_faults = faulthandler.is_enabled()
+        faulthandler.enable(plain(sys.stderr), all_threads=True)  # a native crash is told, not sent to /dev/null
         ok = False
         try:
             yield
@@ -144,6 +149,10 @@ def own_output(verbose: bool) -> Iterator[None]:
             for stream in (sys.stdout, sys.stderr):
                 with contextlib.suppress(Exception):
                     stream.flush()
+            faulthandler.disable()
+            if handling_faults:
+                with contextlib.suppress(Exception):  # a stream without a descriptor (a test's capture)
+                    faulthandler.enable(streams[1], all_threads=True)
             sys.stdout, sys.stderr = streams
             os.dup2(saved_fd, 2)
             os.close(saved_fd)
