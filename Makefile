@@ -28,11 +28,15 @@ browser:
 demo: setup
 	$(BIN)/edgekit demo
 
+# Two test processes (pytest-xdist), each test module whole in one of them, so a module's fixtures are
+# made once; a session fixture needed on both sides is made by each.
+PYTEST := $(BIN)/python -m pytest -n 2 --dist loadscope
+
 test: setup browser
-	$(BIN)/python -m pytest
+	$(PYTEST)
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # The wheel as a user gets it: built from a copy of the sources in a temporary folder (nothing is written into
 # the checkout), installed with every extra into a fresh virtual environment, and run from there.
