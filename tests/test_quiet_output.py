@@ -84,7 +84,6 @@ def _assert_only_edgekit(proc, code: int = 0) -> None:
     assert not_edgekit(proc.stderr) == [], proc.stderr
 
 
-@pytest.mark.slow
 def test_a_native_crash_in_edgekits_process_is_told_while_native_chatter_is_not():
     """Inside a quiet command fd 2 is /dev/null; a segfault must still reach the user, with the stack."""
     code = ("import ctypes, os, sys\n"
