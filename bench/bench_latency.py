@@ -1,6 +1,6 @@
 """Benchmark: `edgekit bench`'s latency against a timing loop written directly against each runtime.
 
-    .venv/bin/python bench/bench_latency.py [--model sample_models/digits_mobilenet.pt2] [--repeat 3]
+    .venv/bin/python bench/bench_latency.py [--model sample_models/digits_mobilenet.pt2] [--repeat 11]
 
 The MobileNet-style sample is converted once at fp32 and at int8 to tflite, executorch, onnx and ort
 (`edgekit convert`). Then, per round and per format, `edgekit bench FP32 INT8 --threads 1 --json`
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
         edgekit("convert", args.model, *targets, "-o", out, "--eval", args.eval, "--no-cache")
         edgekit("convert", args.model, *targets, "-o", out, "--int8", "--calib", args.calib, "--eval", args.eval,
                 "--no-cache")
-        pairs = {}  # format → (fp32 path, int8 path)
+        pairs: dict[str, dict[str, str]] = {}  # format → {precision: path}
         for a in json.loads(edgekit("report", out, "--json").stdout)["artifacts"]:
             pairs.setdefault(a["format"], {})[a["precision"]] = str(Path(a["path"]).resolve())
         for round_ in range(args.repeat):
