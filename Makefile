@@ -42,7 +42,7 @@ test-fast: setup
 # the checkout), installed with every extra into a fresh virtual environment, and run from there.
 wheel-check: setup
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	mkdir "$$tmp/src"; tar -c --exclude=__pycache__ pyproject.toml README.md edgekit | tar -x -C "$$tmp/src"; \
+	mkdir "$$tmp/src"; tar -c --exclude=__pycache__ pyproject.toml README.md edgekit converters calibration targets | tar -x -C "$$tmp/src"; \
 	$(BIN)/python -m build --wheel --outdir "$$tmp/dist" "$$tmp/src"; \
 	wheel=$$(ls "$$tmp"/dist/edgekit-*.whl); \
 	$(BIN)/python -m venv "$$tmp/venv"; \

@@ -242,9 +242,6 @@ def bench(artifacts: str | os.PathLike | Iterable[str | os.PathLike] | ConvertRe
         paths = []
     if not paths:
         raise BadInput(f"artifacts={artifacts!r}", fix="give an artifact, a folder, a list of them or a ConvertResult")
-    for path in paths:
-        if not os.path.exists(path):
-            raise BadInput(f"{path}: no such file or folder", fix="give an artifact or a folder holding artifacts")
     if isinstance(threads, str):
         counts = parse_threads(threads)
     elif isinstance(threads, Iterable) and all(isinstance(n, (int, str)) and not isinstance(n, bool) for n in threads):

@@ -1,6 +1,7 @@
 """The architecture as a test: each layer imports only layers below it, and no modules import each other in a cycle.
 
-Layers, lowest first (edgekit/<folder>):
+Layers, lowest first (edgekit/<folder>; converters/, calibration/ and targets/ sit at the top of the repository
+and install as edgekit.converters, edgekit.calibration and edgekit.targets):
   core         ground types: errors, artifacts, signatures, formats, the quantization spec, metrics, drift ranking
   targets      the runtimes as runners, artifact inspection, per-layer tracing in a runtime, the runtime worker
   sources      opening source models (torch, TensorFlow/Keras, ONNX) safely
@@ -22,21 +23,26 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "edgekit"
+REPO = Path(__file__).resolve().parents[1]
+# Where each installed package's modules are: pyproject.toml's package-dir (edgekit/ and the three top-level folders).
+PACKAGE_DIRS = {package: REPO / folder for package, folder in
+                tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].items()}
 LAYERS = ["core", "targets", "sources", "calibration", "converters", "engine", "features", "cli"]
 
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for f in ROOT.rglob("*.py"):
-        parts = list(f.relative_to(ROOT.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = f
+    for package, root in PACKAGE_DIRS.items():
+        for f in root.rglob("*.py"):
+            parts = package.split(".") + list(f.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = f
     return out
 
 
@@ -171,7 +177,7 @@ def _top_names(node: ast.Import | ast.ImportFrom) -> list[str]:
 
 
 def _where(name: str, node: ast.AST, lines: list[str]) -> str:
-    return f"{MODULES[name].relative_to(ROOT.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}"
+    return f"{MODULES[name].relative_to(REPO)}:{node.lineno}: {lines[node.lineno - 1].strip()}"
 
 
 def test_frameworks_are_imported_only_inside_functions():

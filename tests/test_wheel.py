@@ -14,12 +14,17 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import DIGITS, REPO
+
+# The folders the wheel is built from: pyproject.toml's package-dir (edgekit/, converters/, calibration/, targets/).
+PACKAGE_FOLDERS = tuple(dict.fromkeys(
+    tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].values()))
 
 pytestmark = pytest.mark.slow
 
@@ -35,14 +40,16 @@ def test_the_wheel_installs_in_a_fresh_venv_and_names_the_missing_extras(tmp_pat
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
-    shutil.copytree(REPO / "edgekit", src / "edgekit", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in PACKAGE_FOLDERS:
+        shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
     built = run(sys.executable, "-m", "build", "--wheel", "--outdir", tmp_path / "dist", src, cwd=tmp_path)
     assert built.returncode == 0, built.stdout[-4000:] + built.stderr[-4000:]
     [wheel] = (tmp_path / "dist").glob("edgekit-*-py3-none-any.whl")
 
     # Every module of every subpackage, and the command.
     names = set(zipfile.ZipFile(wheel).namelist())
-    modules = sorted(p.relative_to(src).as_posix() for p in (src / "edgekit").rglob("*.py"))
+    modules = sorted(f"edgekit/{p.relative_to(src).as_posix()}" if folder != "edgekit" else p.relative_to(src).as_posix()
+                     for folder in PACKAGE_FOLDERS for p in (src / folder).rglob("*.py"))
     assert len(modules) > 50 and [m for m in modules if m not in names] == []
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert "edgekit = edgekit.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
