@@ -34,7 +34,7 @@ MANIFEST: dict[str, str] = {
     "tf_to_onnx": "edgekit.converters.tf_to_onnx:TfToOnnx",
 }
 ENTRY_POINT_GROUP = "edgekit.converters"
-CARRIED = ("int8_types",)  # facts about the quantized model that the later steps of its route keep
+CARRIED = ("int8_types", "opset_upgrade")  # facts about the quantized model that the later steps of its route keep
 
 
 def node_of(fmt: str) -> str:

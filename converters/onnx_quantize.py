@@ -64,7 +64,11 @@ class OnnxQuantize(Converter):
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         prepared = ctx.work_dir / f"{out_path.stem}.pre.onnx"
-        _pre_process(_fixed_shapes(Path(src.path), src, ctx.work_dir), prepared, ctx.work_dir)
+        fixed = _fixed_shapes(Path(src.path), src, ctx.work_dir)
+        upgrade = None
+        if ctx.spec.granularity == "per_channel" or precision == "int8-dynamic":  # dynamic is per channel too
+            fixed, upgrade = _at_least(PER_CHANNEL_OPSET, fixed, ctx.work_dir, Path(src.path).name)
+        _pre_process(fixed, prepared, ctx.work_dir)
         unsigned = int8_products_saturate()
         kind, qtype = ("uint8", QuantType.QUInt8) if unsigned else ("int8", QuantType.QInt8)
         if precision == "int8-dynamic":  # activations are uint8 at run time: only the weights' type is chosen
@@ -78,8 +82,9 @@ class OnnxQuantize(Converter):
         if unsigned:
             types["why"] = "this CPU (x86-64 without VNNI) saturates onnxruntime's uint8 × int8 products"
         prepared.unlink()
-        return ModelArtifact("onnx", str(out_path), src.signature, precision, files=tuple(files),
-                             meta={"int8_types": types})
+        loads_in_onnxruntime(out_path, Path(src.path).name)
+        meta = {"int8_types": types, **({"opset_upgrade": upgrade} if upgrade else {})}
+        return ModelArtifact("onnx", str(out_path), src.signature, precision, files=tuple(files), meta=meta)
 
     def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext, qtype) -> None:
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -197,6 +202,54 @@ def _fixed_shapes(path: Path, src: ModelArtifact, work_dir: Path) -> Path:
     fixed = work_dir / f"{path.stem}.fixed.onnx"
     onnx.save(model, str(fixed))
     return fixed
+
+
+PER_CHANNEL_OPSET = 13  # DequantizeLinear's `axis` (per-channel weights) exists from opset 13 on
+
+
+def _at_least(opset: int, path: Path, work_dir: Path, name: str) -> tuple[Path, dict | None]:
+    """The model at ONNX opset `opset` or later: many exported models are opset 11-12, where onnxruntime's
+    quantizer still writes per-channel DequantizeLinear nodes that onnxruntime then refuses to load
+    ("Unrecognized attribute: axis"). Upgraded with ONNX's version converter, checked, and saved in
+    `work_dir`; returns the path and what was done (None when nothing was)."""
+    import onnx
+    from onnx import version_converter
+
+    model = onnx.load(str(path))
+    before = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), opset)
+    if before >= opset:
+        return path, None
+    try:
+        upgraded = version_converter.convert_version(model, opset)
+        onnx.checker.check_model(upgraded)
+    except Exception as e:  # noqa: BLE001 - the converter lacks an adapter for one of the model's ops
+        raise ConversionFailed(
+            f"{name} is ONNX opset {before}; per-channel int8 needs opset {opset} (DequantizeLinear's axis), and "
+            f"ONNX's version converter cannot upgrade it: {type(e).__name__}: {_without_paths(str(e), path)}",
+            fix="quantize with --granularity per-tensor (it works at any opset), or export the model at "
+                f"opset {opset} or later") from e
+    out = work_dir / f"{path.stem}.opset{opset}.onnx"
+    onnx.save(upgraded, str(out))
+    return out, {"from": before, "to": opset, "why": "per-channel int8 weights need DequantizeLinear's axis"}
+
+
+def loads_in_onnxruntime(path: Path, name: str) -> None:
+    """Refuse to hand on a quantized model that onnxruntime will not load, naming the node it refuses and
+    the source, with the whole cause (onnxruntime's message, its temporary paths cut out)."""
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+        raise ConversionFailed(
+            f"onnxruntime refuses the quantized model of {name}: {_without_paths(str(e), path)}",
+            fix="keep the node it names in float (--keep LAYER=float, layers as `edgekit layers` names them) "
+                "or try --granularity per-tensor") from e
+
+
+def _without_paths(message: str, path: Path) -> str:
+    """An onnxruntime/ONNX message on one line, with our temporary file's path reduced to its name."""
+    return " ".join(message.replace(str(path.resolve()), path.name).replace(str(path), path.name).split())
 
 
 def _pre_process(model: Path, prepared: Path, work_dir: Path) -> None:

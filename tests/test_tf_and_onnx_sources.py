@@ -80,6 +80,42 @@ def test_onnx_source_to_int8(converted_digits, tmp_path):
         assert abs(r.verdict.task_accuracy["artifact"] - r.verdict.task_accuracy["reference"]) <= 0.01
 
 
+def test_an_opset_12_onnx_model_is_upgraded_for_per_channel_int8(converted_digits, tmp_path):
+    """Exported models at opset 11-12 are common; onnxruntime's quantizer writes per-channel DequantizeLinear
+    nodes into them that onnxruntime refuses to load ("Unrecognized attribute: axis"). The digits CNN's own
+    graph, declared opset 12 (every op in it has the same form there)."""
+    import onnx
+
+    model = onnx.load(next(r.artifact.path for r in converted_digits[0].artifacts if r.target == "onnx"))
+    for node in model.graph.node:  # Reshape's allowzero came with opset 14
+        kept = [a for a in node.attribute if not (node.op_type == "Reshape" and a.name == "allowzero")]
+        del node.attribute[:]
+        node.attribute.extend(kept)
+    del model.opset_import[:]
+    model.opset_import.append(onnx.helper.make_opsetid("", 12))
+    model.ir_version = 7
+    path = tmp_path / "digits_opset12.onnx"
+    onnx.save(model, path)
+    onnx.checker.check_model(str(path), full_check=True)
+
+    proc = run_cli("convert", path, "-t", "onnx", "-t", "ort", "--int8", "--calib", DIGITS_CALIB, "--eval", DIGITS_EVAL,
+                   "-o", tmp_path / "out", "--json", "--no-cache")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    artifacts = {a["target"]: a for a in json.loads(proc.stdout)["artifacts"]}
+    assert set(artifacts) == {"onnx", "ort"}
+    for a in artifacts.values():
+        assert a["verification"]["status"] == "pass"
+        assert a["verification"]["metrics"]["output_0"]["cosine"] >= 0.999
+        assert a["opset_upgrade"]["from"] == 12 and a["opset_upgrade"]["to"] == 13
+    assert {o.domain: o.version for o in onnx.load(artifacts["onnx"]["path"]).opset_import}[""] >= 13
+    # Per-tensor weights need no upgrade: the model keeps its opset.
+    proc = run_cli("convert", path, "-t", "onnx", "--int8", "--granularity", "per-tensor", "--calib", DIGITS_CALIB,
+                   "--eval", DIGITS_EVAL, "-o", tmp_path / "pt", "--json", "--no-cache")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [a] = json.loads(proc.stdout)["artifacts"]
+    assert a["verification"]["status"] == "pass" and "opset_upgrade" not in a
+
+
 def test_every_target_reachable_from_each_source_format():
     graph = Graph()
     assert {"tflite", "onnx"} <= set(graph.reachable("keras"))

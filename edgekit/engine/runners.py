@@ -77,8 +77,9 @@ class RuntimeWorker:
             raise ConversionFailed(f"{runtime} did not finish {Path(path).name} within {timeout:.0f} s")
         if answer.startswith("ok"):
             return
-        if answer.startswith("error "):
-            raise ConversionFailed(f"{runtime} failed running {Path(path).name}: {answer[6:].strip()[:400]}")
+        if answer.startswith("error "):  # the whole cause, our temporary folder cut from the paths it names
+            cause = answer[6:].strip().replace(str(Path(path).parent) + os.sep, "")
+            raise ConversionFailed(f"{runtime} failed running {Path(path).name}: {cause[:1500]}")
         code = self.proc.wait()  # no answer: the process died
         self.close()
         how = f"crashed (signal {-code})" if code < 0 else "failed"
