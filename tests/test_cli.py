@@ -122,6 +122,13 @@ def test_debug_shows_the_traceback(tmp_path):
     assert proc.returncode == 2 and "Traceback" in proc.stderr
 
 
+def test_debug_and_verbose_work_after_the_command_too(tmp_path):
+    proc = run_cli("convert", tmp_path / "missing.pt2", "-t", "tflite", "--debug")
+    assert proc.returncode == 2 and "Traceback" in proc.stderr and "No such option" not in proc.stderr
+    proc = run_cli("inspect", tmp_path / "missing.tflite", "--verbose")
+    assert proc.returncode == 2 and "missing.tflite" in proc.stderr and "No such option" not in proc.stderr
+
+
 @pytest.mark.slow
 def test_conversion_failure_exits_3(tmp_path):
     proc = run_cli("convert", "tests.models:unlowerable", "-t", "tflite", "--input-shape", "x=1,8,8", "-o", tmp_path / "o")

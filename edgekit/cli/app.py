@@ -513,4 +513,16 @@ def main() -> None:
         raise KeyboardInterrupt  # SIGTERM ends the run as Ctrl-C does: no partial output, exit 130
 
     signal.signal(signal.SIGTERM, terminate)
-    app()
+    app(args=global_flags_first(sys.argv[1:]), prog_name="edgekit")
+
+
+GLOBAL_FLAGS = ("--debug", "--verbose")
+
+
+def global_flags_first(args: list[str]) -> list[str]:
+    """`--debug` and `--verbose` belong to edgekit, not to a command, yet users put them anywhere
+    (`edgekit convert m.pt2 --debug`): moved in front of the command, where the parser reads them.
+    Nothing after `--` moves."""
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in GLOBAL_FLAGS]
+    return flags + [a for a in args[:end] if a not in GLOBAL_FLAGS] + args[end:]
