@@ -13,6 +13,7 @@ from pathlib import Path
 
 from edgekit.core import io_params
 from edgekit.core.artifact import ModelArtifact
+from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.calibration import pt2e
 from edgekit.converters.base import ConvertContext, Converter
 
@@ -34,8 +35,6 @@ class TorchToPte(Converter):
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         import torch
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-        from executorch.exir import to_edge_transform_and_lower
 
         source = ctx.source
         args = source.example_args()
@@ -52,9 +51,86 @@ class TorchToPte(Converter):
             program = torch.export.export(quantized, args)
             if ctx.spec.int8_io and not dynamic:
                 files.append(str(_integer_io(program, src, out_path)))
-        lowered = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        lowered, left_out = lower(program)
         out_path.write_bytes(lowered.to_executorch(_backend_config(precision)).buffer)
-        return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files))
+        meta = {"outside_delegate": left_out} if left_out else {}
+        return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files), meta=meta)
+
+
+MAX_LEFT_OUT = 8  # layers lowering may leave out of the XNNPACK delegate before it gives up
+
+
+def lower(program):
+    """`program` lowered with the XNNPACK partitioner, and the layers left out of the delegate.
+
+    XNNPACK's lowering passes assert on some patterns they accept in partitioning (its channels-last
+    pass on a PReLU after a Linear: "Attempting to convert non-NHWC compatible node to NHWC"). The node
+    a failure was handling is found in the traceback; its layer's op is left out of the partition
+    (ExecuTorch then decomposes it into ops its portable kernels run) and lowering is tried again.
+    Each layer left out is reported: {"layer", "op", "why"}.
+    """
+    from executorch.exir import to_edge_transform_and_lower
+
+    left_out: list[dict] = []
+    while True:
+        skip = {(d["layer"], d["op"]) for d in left_out}
+        try:
+            return to_edge_transform_and_lower(program, partitioner=[_partitioner(skip)]), left_out
+        except Exception as e:  # noqa: BLE001 - any failure of a pass on one node
+            node = _failing_node(e)
+            key = _layer_op(node) if node is not None else None
+            root = e
+            while root.__cause__ is not None:
+                root = root.__cause__
+            why = f"{type(root).__name__}: {first_line(root)}"
+            if key is None or key in skip or len(left_out) >= MAX_LEFT_OUT:
+                where = f" on node {node.name} ({key[1]} in layer {key[0] or 'the top module'})" if key else ""
+                raise ConversionFailed(f"ExecuTorch's XNNPACK lowering failed{where}: {why}"
+                                       + (f" (after leaving {len(left_out)} layer(s) out of the delegate)" if left_out else ""),
+                                       converter="torch_to_pte",
+                                       fix="try another target (edgekit graph lists them) or rewrite that layer") from e
+            left_out.append({"layer": key[0], "op": key[1], "why": why})
+
+
+def _partitioner(skip: set[tuple[str, str]]):
+    """XNNPACK's partitioner, refusing the (layer, op) pairs in `skip`: a refused op is neither delegated
+    nor kept from decomposition."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    partitioner = XnnpackPartitioner()
+    if skip:
+        for config in partitioner.target_partitioner_configs.values():
+            def check(node, ep, inner=config.check_constraints):
+                return _layer_op(node) not in skip and inner(node, ep)
+
+            config.check_constraints = check
+    return partitioner
+
+
+def _layer_op(node) -> tuple[str, str]:
+    """(the module path of the layer that made `node`, its op without namespace): the same before and
+    after ExecuTorch's edge transformation, which renames nodes."""
+    from executorch.exir.backend.canonical_partitioners.config_partitioner import format_target_name
+
+    stack = node.meta.get("nn_module_stack") or {}
+    path = list(stack.values())[-1][0] if stack else ""
+    return path, format_target_name(getattr(node.target, "__name__", str(node.target))).split(".")[0]
+
+
+def _failing_node(error: BaseException):
+    """The innermost torch.fx node a failing pass was handling (a local named `node` in the traceback)."""
+    import torch.fx
+
+    found = None
+    while error is not None:
+        tb = error.__traceback__
+        while tb is not None:
+            node = tb.tb_frame.f_locals.get("node")
+            if isinstance(node, torch.fx.Node) and node.op == "call_function":
+                found = node
+            tb = tb.tb_next
+        error = error.__cause__ or error.__context__
+    return found
 
 
 def quantize_int8(source, calibration, spec, input_names, *, dynamic: bool = False, example_args=None):

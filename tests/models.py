@@ -107,3 +107,45 @@ class NormalizedBlock(nn.Module):
 
 def normalized_block() -> nn.Module:
     return NormalizedBlock().eval()
+
+
+class PreluAfterLinear(nn.Module):
+    """The shape of MTCNN's refinement nets on the 8×8 digits: conv → PReLU, then a Linear followed by a
+    PReLU on its 2-D output, which ExecuTorch's XNNPACK lowering refuses ("Attempting to convert non-NHWC
+    compatible node to NHWC")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.conv = nn.Conv2d(1, 8, 3)
+        self.prelu1 = nn.PReLU(8)
+        self.fc = nn.Linear(8 * 6 * 6, 32)
+        self.prelu2 = nn.PReLU(32)
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.prelu1(self.conv(x))
+        return self.head(self.prelu2(self.fc(x.flatten(1))))
+
+
+def prelu_after_linear() -> nn.Module:
+    return PreluAfterLinear().eval()
+
+
+class PixelEmbedding(nn.Module):
+    """The 8×8 digits as 64 tokens (each pixel's intensity 0-16) through an embedding table, as a text
+    encoder reads token ids: at int8 the table is stored per row and looked up by ExecuTorch's quantized
+    kernels, outside the XNNPACK delegate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        self.embed = nn.Embedding(17, 32)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.embed(tokens).mean(dim=1))
+
+
+def pixel_embedding() -> nn.Module:
+    return PixelEmbedding().eval()

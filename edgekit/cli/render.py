@@ -168,6 +168,13 @@ def render_result(result, console: Console | None) -> None:
             if reused else "")
         console.print(f"  {r.target}: {r.artifact.path}{extra}  [dim]route {' → '.join(r.artifact.meta.get('route', []))},"
                       f" {r.artifact.meta.get('seconds', 0):.1f} s{how}[/dim]")
+        for d in r.artifact.meta.get("outside_delegate", []):
+            console.print(f"    [yellow]note:[/yellow] layer {escape(d['layer'] or '(top)')} ({d['op']}) runs outside the "
+                          f"XNNPACK delegate, in portable kernels: the delegate's lowering failed on it ({escape(d['why'])})")
+        upgrade = r.artifact.meta.get("opset_upgrade")
+        if upgrade:
+            console.print(f"    [yellow]note:[/yellow] upgraded from ONNX opset {upgrade['from']} to {upgrade['to']}: "
+                          f"{upgrade['why']}")
         search = r.artifact.meta.get("search")
         if search:
             _render_search(search, console)

@@ -10,7 +10,7 @@ from edgekit.core.signature import Signature
 from edgekit.core.verify import Verdict
 
 SCHEMA = "edgekit.convert/1"
-META_KEYS = ("quantization", "int8_types", "opset_upgrade", "search", "mobile_package", "reused")  # reported when a route recorded them
+META_KEYS = ("quantization", "int8_types", "opset_upgrade", "outside_delegate", "search", "mobile_package", "reused")  # reported when a route recorded them
 
 
 @dataclass(frozen=True)

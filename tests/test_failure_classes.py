@@ -1,0 +1,110 @@
+"""Classes of failure seen on real models, each on a small model built for it.
+
+- ExecuTorch's XNNPACK lowering asserting on a node (a PReLU after a Linear, as in MTCNN's refinement
+  nets): the layer is left out of the delegate, named, and the program still runs exactly.
+- A .pte that needs more than the runtime a default app has (an int8 embedding table looked up by
+  ExecuTorch's quantized kernels): the need is declared, and verification loads nothing undeclared.
+(ONNX below opset 13 is in test_tf_and_onnx_sources.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from edgekit.core.artifact import ModelArtifact
+from edgekit.core.errors import ConversionFailed
+from edgekit.core.signature import Signature
+from edgekit.engine import runners
+from tests.conftest import DIGITS_CALIB, DIGITS_EVAL, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _artifacts(proc) -> dict:
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {(a["target"], a["precision"]): a for a in json.loads(proc.stdout)["artifacts"]}
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_layer_xnnpack_cannot_lower_is_left_to_the_portable_kernels(tmp_path, precision):
+    proc = run_cli("convert", "tests.models:prelu_after_linear", "--input-shape", "x=1,1,8,8", "-t", "executorch",
+                   "-p", precision, "--calib", DIGITS_CALIB, "--eval", DIGITS_EVAL, "-o", tmp_path, "--json", "--no-cache")
+    [a] = _artifacts(proc).values()
+    assert a["verification"]["status"] == "pass", a["verification"].get("reasons")
+    assert a["verification"]["metrics"]["output_0"]["cosine"] >= (0.9999 if precision == "fp32" else 0.99)
+    [left_out] = a["outside_delegate"]
+    assert left_out["layer"] == "prelu2" and left_out["op"] == "prelu"
+    assert "non-NHWC compatible node" in left_out["why"]
+    ops = a["verification"]["inspection"]["op_counts"]
+    assert ops["delegate:XnnpackBackend"] == 2  # the delegate split around the layer left out
+    assert any(op.startswith("aten::") for op in ops)  # what the layer became, in portable kernels
+    assert "prelu2 (prelu) runs outside the XNNPACK delegate" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def int8_embedding_pte(tmp_path_factory) -> tuple[dict, dict]:
+    """An int8 .pte whose embedding table is looked up outside XNNPACK, on the digits' pixels as tokens:
+    the convert JSON, and evaluation inputs."""
+    from sklearn.datasets import load_digits
+
+    work = tmp_path_factory.mktemp("embedding")
+    tokens = load_digits().images.reshape(-1, 64).astype(np.int64)
+    np.savez(work / "example.npz", tokens=tokens[:1])
+    np.savez(work / "calib.npz", tokens=tokens[:200])
+    np.savez(work / "eval.npz", tokens=tokens[200:300])
+    proc = run_cli("convert", "tests.models:pixel_embedding", "--example-inputs", work / "example.npz",
+                   "-t", "executorch", "--int8", "--calib", work / "calib.npz", "--eval", work / "eval.npz",
+                   "-o", work / "out", "--json", "--no-cache")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout), {"tokens": tokens[300:302, None]}  # two samples of the signature's 1×64
+
+
+def test_a_pte_declares_the_kernel_library_it_needs_and_is_verified_with_it(int8_embedding_pte):
+    [a] = int8_embedding_pte[0]["artifacts"]
+    assert a["verification"]["status"] == "pass"
+    [need] = a["verification"]["inspection"]["runtime_needs"]
+    assert need["id"] == "executorch-quantized-kernels"
+    assert need["ops"] == ["quantized_decomposed::dequantize_per_channel"]
+
+    inspected = run_cli("inspect", a["path"], "--json")
+    assert inspected.returncode == 0, inspected.stderr
+    [item] = json.loads(inspected.stdout)["artifacts"]
+    assert [n["id"] for n in item["inspection"]["runtime_needs"]] == ["executorch-quantized-kernels"]
+    report = run_cli("report", a["path"], "--json")
+    assert report.returncode == 0, report.stderr
+    [entry] = json.loads(report.stdout)["artifacts"]
+    assert entry["runtime_needs"] == ["executorch-quantized-kernels"]
+    assert any("quantized kernel library" in n for n in entry["notes"])
+
+
+def _maps(pid: int) -> str:
+    with open(f"/proc/{pid}/maps") as f:
+        return f.read()
+
+
+def test_verification_loads_only_what_an_artifact_declares(int8_embedding_pte):
+    """The program runs in a worker that loaded the kernel library it declares; the runtime alone, as a
+    default app has it, cannot load it: so a .pte that did not declare the need would fail verification."""
+    doc, inputs = int8_embedding_pte
+    [a] = doc["artifacts"]
+    artifact = ModelArtifact("pte", a["path"], Signature.from_json(doc["source"]["signature"]), "int8")
+    runners.close_workers()
+    outputs, _ = runners.run_isolated(artifact, inputs)
+    assert outputs[0].shape[0] == 2
+    [(key, worker)] = runners._WORKERS.items()
+    assert key == ("pte", ("executorch.kernels.quantized",)) and "libquantized_ops" in _maps(worker.proc.pid)
+
+    plain = runners.RuntimeWorker("pte")  # what runs a .pte that declares nothing
+    try:
+        with runners._job_dir() as tmp:
+            sig, inp, out = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz"))
+            runners._write_job(artifact.signature, inputs, sig, inp)
+            with pytest.raises(ConversionFailed, match="failed running pixel_embedding.int8.pte"):
+                plain.run({"path": a["path"], "signature": sig, "inputs": inp, "outputs": out, "tmp": tmp}, a["path"], 300)
+        assert "Missing operator" in plain._stderr() and "libquantized_ops" not in _maps(plain.proc.pid)
+    finally:
+        plain.close()
