@@ -31,7 +31,7 @@ TARGETS: dict[str, Target] = {
                modules=("ai_edge_litert.interpreter",)),
         Target("executorch", "pte", ".pte", "edgekit.targets.executorch:PteRunner", "executorch",
                "ExecuTorch runtime (executorch.runtime)", "edgekit.targets.pte_inspect:inspect", aliases=("pte",),
-               modules=("torch", "executorch.runtime", "executorch.kernels.quantized")),
+               modules=("torch", "executorch.runtime")),
         Target("ptl", "ptl", ".ptl", "edgekit.targets.ptl:PtlRunner", "torch",
                "PyTorch Mobile lite interpreter", "edgekit.targets.ptl_inspect:inspect", legacy=True,
                modules=("torch.jit.mobile",)),

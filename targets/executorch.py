@@ -15,7 +15,8 @@ from edgekit.core.signature import Signature
 
 class PteRunner:
     def __init__(self, path: str, signature: Signature):
-        import executorch.kernels.quantized  # noqa: F401  (int8 lookups outside XNNPACK run in these kernels)
+        # Only the runtime a default app has: kernel libraries an artifact declares it needs (its inspection's
+        # runtime needs) are imported by the worker that runs it, never here for every program.
         from executorch.runtime import Runtime
 
         self.program = Runtime.get().load_program(path)

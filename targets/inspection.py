@@ -54,6 +54,51 @@ class OpInfo:
 
 
 @dataclass(frozen=True)
+class RuntimeNeed:
+    """Something an app must ship beside the runtime's default build for the artifact to load."""
+
+    id: str
+    what: str  # what the app must add, for a user
+    modules: tuple[str, ...] = ()  # what the verifier imports to provide it; () if the runtime has it or cannot
+    ops: tuple[str, ...] = ()  # the artifact's ops that need it
+
+
+# ExecuTorch op namespaces whose kernels a default runtime (portable kernels + XNNPACK) registers.
+PTE_DEFAULT_NAMESPACES = frozenset({"aten", "dim_order_ops", "executorch_prim", "delegate", "xnnpack"})
+
+
+def runtime_needs(fmt: str, op_counts: dict[str, int]) -> tuple[RuntimeNeed, ...]:
+    """What beyond the runtime a default app has the artifact's ops need (op names as the readers give them:
+    .pte `namespace::op`, .tflite `CUSTOM:code`, .onnx/.ort `domain:op` outside the default domain)."""
+    by_need: dict[tuple, list[str]] = {}
+    for op in op_counts:
+        need = None
+        if fmt == "pte" and "::" in op and op.split("::")[0] not in PTE_DEFAULT_NAMESPACES:
+            ns = op.split("::")[0]
+            need = (("executorch-quantized-kernels", "ExecuTorch's quantized kernel library (quantized_ops_lib; "
+                     "in Python, import executorch.kernels.quantized)", ("executorch.kernels.quantized",))
+                    if ns == "quantized_decomposed" else
+                    (f"executorch-kernels:{ns}", f"a kernel library registering the {ns}:: operators", ()))
+        elif fmt == "tflite" and op.startswith("CUSTOM:"):
+            code = op[len("CUSTOM:"):]
+            need = (("tflite-flex", "the TensorFlow Lite Flex delegate (select TensorFlow ops)", ())
+                    if code.startswith("Flex") else (f"tflite-custom:{code}", f"the custom operator {code}", ()))
+        elif fmt in ("onnx", "ort") and ":" in op:
+            domain = op.split(":")[0]
+            need = (("onnxruntime-contrib-ops", "ONNX Runtime's contrib operators (com.microsoft; in the standard "
+                     "packages, to be included in a reduced build)", ()) if domain == "com.microsoft" else
+                    (f"onnx-domain:{domain}", f"a custom operator library for the ONNX domain {domain}", ()))
+        if need:
+            by_need.setdefault(need, []).append(op)
+    return tuple(RuntimeNeed(id, what, modules, tuple(ops)) for (id, what, modules), ops in by_need.items())
+
+
+def need_text(need: RuntimeNeed) -> str:
+    """One line for a user: what the app must add, and for which ops."""
+    return f"needs {need.what} beyond the default runtime, for {', '.join(need.ops)}"
+
+
+@dataclass(frozen=True)
 class Inspection:
     format: str
     weight_bytes_by_dtype: dict[str, int]
@@ -69,6 +114,7 @@ class Inspection:
     notes: tuple[str, ...]
     # {"inputs": [{"name", "shape", "dynamic"}, ...], "outputs": [...]}: see io_entry
     io_shapes: dict = field(default_factory=lambda: {"inputs": [], "outputs": []})
+    needs: tuple[RuntimeNeed, ...] = ()  # what the artifact needs beyond the runtime a default app has
 
     def to_json(self) -> dict:
         out = {
@@ -86,6 +132,7 @@ class Inspection:
             "io_shapes": {k: [dict(e) for e in v] for k, v in self.io_shapes.items()},
             "delegated": self.delegated,
             "notes": list(self.notes),
+            "runtime_needs": [{**asdict(n), "modules": list(n.modules), "ops": list(n.ops)} for n in self.needs],
         }
         if len(self.ops) <= JSON_OPS_LIMIT:
             out["ops"] = [asdict(o) for o in self.ops]
@@ -116,6 +163,7 @@ def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: di
         delegated=delegated,
         notes=tuple(dict.fromkeys(notes)),
         io_shapes={k: list((io_shapes or {}).get(k, [])) for k in ("inputs", "outputs")},
+        needs=runtime_needs(fmt, op_counts),
     )
 
 

@@ -201,7 +201,6 @@ def open_onnx(path: str, threads: int, inputs: dict, shapes: dict, rng, *, ort_f
 
 def open_pte(path: str, threads: int, inputs: dict, shapes: dict, rng):
     import torch
-    import executorch.kernels.quantized  # noqa: F401  (int8 lookups outside XNNPACK run in these kernels)
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
     from executorch.runtime import Runtime
 
@@ -278,7 +277,7 @@ def measure(job: dict) -> dict:
     shapes = {k: tuple(v) for k, v in (job.get("shapes") or {}).items()}
     if fmt == "pte":
         without_compiler()  # the runtime alone, as in the runtime worker: not the compiler's memory
-    for module in by_format(fmt).modules:
+    for module in (*by_format(fmt).modules, *job.get("needed", ())):  # the runtime, and what the artifact declares
         importlib.import_module(module)
     runtime_rss = _status_bytes("VmRSS")
     timings, specs = [], []

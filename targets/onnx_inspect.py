@@ -122,7 +122,7 @@ def op_modes(nodes, consts, elem: dict, qparams: set[str]) -> tuple[list[OpInfo]
             consumers[x].append(n)
     ops, op_counts, unrequantized, notes = [], collections.Counter(), False, []
     for i, n in enumerate(nodes):
-        op_counts[n.op_type] += 1
+        op_counts[n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}:{n.op_type}"] += 1
         if n.op_type in DATA_OPS:
             continue
         where = n.name or f"node{i}"

@@ -1,6 +1,6 @@
 """A runtime worker: one child process per format, serving run jobs until its parent closes it.
 
-    python -m edgekit.targets.worker FORMAT
+    python -m edgekit.targets.worker FORMAT [MODULE ...]
 
 Each line on standard input is a job (JSON): the artifact's `path`, its `signature` (a JSON file),
 `inputs` (an .npz with one array per input name, leading sample axis), where to write the `outputs`
@@ -10,7 +10,9 @@ anything the runtime prints goes to standard error. Only the runtime is imported
 the ExecuTorch runtime without its compiler), as the worker starts: a parent starts its workers
 before it converts, so the import is done by the time the first artifact arrives. A native crash
 ends only this process. The runner of the last few artifacts is kept, so an artifact run twice
-(searched on, then verified) loads once.
+(searched on, then verified) loads once. The MODULEs are what the artifacts this worker runs declare
+they need beyond the runtime a default app has (a kernel library: edgekit.targets.inspection's runtime
+needs); a worker without them runs exactly what a default app can.
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ KEPT = 4  # runners kept loaded
 
 def main(argv: list[str]) -> int:
     die_with_parent()
-    (fmt,) = argv
+    fmt, *needed = argv
     if fmt == "pte":
         without_compiler()
-    for module in by_format(fmt).modules:  # now, while the parent is still converting: the first job runs at once
+    for module in (*by_format(fmt).modules, *needed):  # now, while the parent converts: the first job runs at once
         with contextlib.suppress(ImportError):  # a missing runtime is reported by the first job, with its fix
             importlib.import_module(module)
     answers = os.fdopen(os.dup(1), "w", buffering=1)

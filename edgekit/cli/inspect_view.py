@@ -59,6 +59,8 @@ def _table(item) -> Table:
             f"{d}: {v['calls']} call{'s' if v['calls'] != 1 else ''}, " + (f"{v['ops']} ops" if v["ops"] is not None
                                                                             else "ops not readable")
             for d, v in ins["delegated"].items())))
+    rows.append(("runtime needs", "; ".join(f"{n['what']} (for {', '.join(n['ops'])})" for n in ins.get("runtime_needs", []))
+                 or "nothing beyond the runtime a default app has"))
     rows += _io_rows(ins)
     ops = list(ins["op_counts"].items())
     rows.append(("ops", ", ".join(f"{op} ×{n}" for op, n in ops[:TOP_OPS])

@@ -34,18 +34,30 @@ def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, time
     again for the next artifact.
     """
     require(by_format(artifact.format).extra, f"running a .{artifact.format} artifact")
+    found = _inspection(artifact)
+    needed = tuple(sorted({m for need in found.needs for m in need.modules}))
     with _job_dir() as tmp:
         sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz"))
         _write_job(artifact.signature, inputs, sig_path, in_path)
-        _worker(artifact.format).run({"path": str(artifact.path), "signature": sig_path, "inputs": in_path,
-                                      "outputs": out_path, "tmp": tmp}, artifact.path, timeout)
+        _worker(artifact.format, needed).run({"path": str(artifact.path), "signature": sig_path, "inputs": in_path,
+                                              "outputs": out_path, "tmp": tmp}, artifact.path, timeout)
         with np.load(out_path) as data:
             outputs = [data[f"output_{j}"] for j in range(len(data.files))]
-    inspection = None
-    if inspect:
+    return outputs, found.to_json() if inspect else None
+
+
+_INSPECTED: dict[tuple, object] = {}
+
+
+def _inspection(artifact: ModelArtifact):
+    """The artifact's inspection (made in this process, kept while the file is unchanged): what it needs
+    from its runtime decides the worker that runs it."""
+    st = os.stat(artifact.path)
+    key = (str(artifact.path), st.st_mtime_ns, st.st_size)
+    if key not in _INSPECTED:
         with captured():
-            inspection = inspect_artifact(artifact.format, str(artifact.path)).to_json()
-    return outputs, inspection
+            _INSPECTED[key] = inspect_artifact(artifact.format, str(artifact.path))
+    return _INSPECTED[key]
 
 
 class RuntimeWorker:
@@ -56,10 +68,10 @@ class RuntimeWorker:
     whose last lines explain a crash.
     """
 
-    def __init__(self, fmt: str):
+    def __init__(self, fmt: str, needed: tuple[str, ...] = ()):
         self.fmt = fmt
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, "-m", "edgekit.targets.worker", fmt], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "edgekit.targets.worker", fmt, *needed], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, errors="replace",
                                      env={**os.environ, "OMP_NUM_THREADS": "1"})  # batch-1 loops: one thread
 
@@ -103,16 +115,17 @@ class RuntimeWorker:
         self.log.close()
 
 
-_WORKERS: dict[str, RuntimeWorker] = {}
+_WORKERS: dict[tuple[str, tuple[str, ...]], RuntimeWorker] = {}
 
 
-def _worker(fmt: str) -> RuntimeWorker:
-    """This process's worker for format `fmt`, started on first use (and again after a crash)."""
-    worker = _WORKERS.get(fmt)
+def _worker(fmt: str, needed: tuple[str, ...] = ()) -> RuntimeWorker:
+    """This process's worker for format `fmt` with the modules `needed` beyond its runtime (one worker per
+    set, so no artifact runs with a library it does not declare), started on first use and after a crash."""
+    worker = _WORKERS.get((fmt, needed))
     if worker is None or not worker.alive:
         if worker is not None:
             worker.close()
-        worker = _WORKERS[fmt] = RuntimeWorker(fmt)
+        worker = _WORKERS[(fmt, needed)] = RuntimeWorker(fmt, needed)
     return worker
 
 
@@ -161,15 +174,17 @@ def inspect_isolated(fmt: str, path: str, *, timeout: float = 900) -> dict:
 
 def latency_isolated(fmt: str, path: str, threads: tuple[int, ...], *, inputs: str | None = None,
                      shapes: dict | None = None, min_seconds: float = 1.0, max_seconds: float = 10.0,
-                     timeout: float = 900) -> dict:
+                     needed: tuple[str, ...] = (), timeout: float = 900) -> dict:
     """Host CPU latency and peak memory of the artifact at `path` in its runtime (see
-    edgekit.targets.latency), in a new child process: its peak memory is this artifact's alone."""
+    edgekit.targets.latency), in a new child process: its peak memory is this artifact's alone. `needed`: the
+    modules the artifact declares it needs beyond its runtime (a kernel library), imported there too."""
     require(by_format(fmt).extra, f"timing a .{fmt} artifact")
     with _job_dir() as tmp:
         job_path, out_path = os.path.join(tmp, "job.json"), os.path.join(tmp, "latency.json")
         with open(job_path, "w") as f:
             json.dump({"format": fmt, "path": str(path), "threads": list(threads), "inputs": inputs,
-                       "shapes": shapes or {}, "min_seconds": min_seconds, "max_seconds": max_seconds, "tmp": tmp}, f)
+                       "shapes": shapes or {}, "min_seconds": min_seconds, "max_seconds": max_seconds, "tmp": tmp,
+                       "needed": list(needed)}, f)
         _child(["edgekit.targets.latency", job_path, out_path], fmt, path, timeout)
         with open(out_path) as f:
             return json.load(f)

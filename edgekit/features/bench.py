@@ -129,6 +129,7 @@ def bench(paths, *, threads: tuple[int, ...] | None = None, inputs: str | None =
     partner = {str(Path(k).resolve()): v for k, v in (partners or {}).items()}
     todo = [(a.path, a.format, a.precision, a.fp32_path or partner.get(str(Path(a.path).resolve())), True)
             for a in sizes.artifacts]
+    needed = {str(Path(a.path).resolve()): a.needed_modules for a in sizes.artifacts}
     named = {str(Path(a.path).resolve()) for a in sizes.artifacts}
     for _, fmt, _, fp32_path, _ in list(todo):  # an int8 artifact's fp32 partner is timed too, for the ratio
         if fp32_path and str(Path(fp32_path).resolve()) not in named:
@@ -144,7 +145,7 @@ def bench(paths, *, threads: tuple[int, ...] | None = None, inputs: str | None =
         say(f"timing {Path(path).name} in {by_format(fmt).runtime} at {', '.join(map(str, threads))} thread(s)")
         try:
             got = latency_isolated(fmt, path, threads, inputs=inputs, shapes=shapes, min_seconds=min_seconds,
-                                   max_seconds=MAX_FACTOR * min_seconds)
+                                   max_seconds=MAX_FACTOR * min_seconds, needed=needed.get(str(Path(path).resolve()), ()))
         except ConversionFailed as e:
             raise BadInput(f"{path}: {e.message}", fix="check that the file is an artifact its runtime loads; "
                                                         "a .ptl needs --input-shape") from None

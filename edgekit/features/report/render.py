@@ -79,6 +79,7 @@ def artifact_json(a: ArtifactSize) -> dict:
         "int8_weight_share": a.int8_weight_share, "op_counts": dict(a.op_counts),
         "largest_tensors": [{**t, "shape": list(t["shape"])} for t in a.largest_tensors],
         "io_shapes": {k: [dict(e) for e in v] for k, v in a.io_shapes.items()},
+        "runtime_needs": list(a.runtime_needs),
         "notes": list(a.notes),
     }
 
