@@ -29,6 +29,7 @@ MANIFEST: dict[str, str] = {
     "torch_to_onnx": "edgekit.converters.torch_to_onnx:TorchToOnnx",
     "torch_to_ptl": "edgekit.converters.torch_to_ptl:TorchToPtl",
     "onnx_quantize": "edgekit.converters.onnx_quantize:OnnxQuantize",
+    "onnx_fixed_shapes": "edgekit.converters.onnx_fixed_shapes:OnnxFixedShapes",
     "onnx_to_ort": "edgekit.converters.onnx_to_ort:OnnxToOrt",
     "tf_to_tflite": "edgekit.converters.tf_to_tflite:TfToTflite",
     "tf_to_onnx": "edgekit.converters.tf_to_onnx:TfToOnnx",

@@ -26,7 +26,7 @@ from edgekit.core.artifact import ModelArtifact
 from edgekit.core.cpu import int8_products_saturate
 from edgekit.calibration.methods import mixed_scale
 from edgekit.core.errors import ConversionFailed, first_line
-from edgekit.core.formats import onnx_files
+from edgekit.core.formats import onnx_dims, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.core.quant import unknown_layers
 from edgekit.targets.onnx_layers import layer_name
@@ -64,7 +64,7 @@ class OnnxQuantize(Converter):
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         prepared = ctx.work_dir / f"{out_path.stem}.pre.onnx"
-        fixed = _fixed_shapes(Path(src.path), src, ctx.work_dir)
+        fixed = fixed_shapes(Path(src.path), src, ctx.work_dir)
         upgrade = None
         if ctx.spec.granularity == "per_channel" or precision == "int8-dynamic":  # dynamic is per channel too
             fixed, upgrade = _at_least(PER_CHANNEL_OPSET, fixed, ctx.work_dir, Path(src.path).name)
@@ -180,23 +180,28 @@ def _keep_metadata(prepared: Path, out_path: Path) -> None:
     onnx.save(model, str(out_path))
 
 
-def _fixed_shapes(path: Path, src: ModelArtifact, work_dir: Path) -> Path:
+def fixed_shapes(path: Path, src: ModelArtifact, work_dir: Path) -> Path:
     """The model as one file with its dynamic input dimensions fixed to the signature's
     (--input-shape): onnxruntime's shape inference and calibration need concrete shapes, and its
     pre-processing loses external data it wrote to a folder it has already removed. The model
     itself when it is one file with fixed shapes."""
     import onnx
-    from onnxruntime.tools.onnx_model_utils import fix_output_shapes, make_input_shape_fixed
+    from onnxruntime.tools.onnx_model_utils import fix_output_shapes
 
     model = onnx.load(str(path))  # external data included
     shapes = dict(zip(_graph_inputs(path, src).values(), (s.shape for s in src.signature.inputs)))
-    dynamic = [i.name for i in model.graph.input if i.name in shapes
-               and any(not d.HasField("dim_value") for d in i.type.tensor_type.shape.dim)]
+    dynamic = [i for i in model.graph.input if i.name in shapes and not all(isinstance(d, int) for d in onnx_dims(i))]
     if not dynamic and len(onnx_files(path)) == 1:
         return path
-    for name in dynamic:
-        make_input_shape_fixed(model.graph, name, list(shapes[name]))
+    for value in dynamic:
+        # Each free dimension set where it is: one symbol may name dimensions given different sizes (PaddleOCR
+        # writes "?" for height and width), and -1 stands for a free one in older exports.
+        for dim, size in zip(value.type.tensor_type.shape.dim, shapes[value.name]):
+            if not (dim.HasField("dim_value") and dim.dim_value > 0):
+                dim.Clear()
+                dim.dim_value = int(size)
     if dynamic:
+        del model.graph.value_info[:]  # shapes inferred from the free sizes: inferred again from the fixed ones
         model = onnx.shape_inference.infer_shapes(model)
         fix_output_shapes(model)
     fixed = work_dir / f"{path.stem}.fixed.onnx"

@@ -116,6 +116,36 @@ def test_an_opset_12_onnx_model_is_upgraded_for_per_channel_int8(converted_digit
     assert a["verification"]["status"] == "pass" and "opset_upgrade" not in a
 
 
+def test_an_onnx_source_with_free_dimensions_is_written_with_the_shapes_given(converted_digits, tmp_path):
+    """As older exporters write them: the batch as dim_value -1, height and width under one symbol "?"
+    though they are free apart (PaddleOCR's models)."""
+    import onnx
+
+    model = onnx.load(next(r.artifact.path for r in converted_digits[0].artifacts if r.target == "onnx"))
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_value = -1
+    for d in dims[2:]:
+        d.Clear()
+        d.dim_param = "?"
+    del model.graph.value_info[:]  # the exporter's inner shapes had the batch fixed
+    path = tmp_path / "free.onnx"
+    onnx.save(model, path, save_as_external_data=False)
+
+    proc = run_cli("convert", path, "-t", "onnx", "-o", tmp_path / "out")  # without shapes: nothing to do
+    assert proc.returncode == 2 and "nothing to convert" in proc.stderr and "--input-shape" in proc.stderr
+    proc = run_cli("convert", path, "-t", "onnx", "--input-shape", "x=1,1,8,8", "--eval", DIGITS_EVAL,
+                   "-o", tmp_path / "out", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [a] = json.loads(proc.stdout)["artifacts"]
+    assert a["route"] == ["onnx", "onnx"] and a["verification"]["status"] == "pass"
+    written = onnx.load(a["path"])
+    assert [d.dim_value for d in written.graph.input[0].type.tensor_type.shape.dim] == [1, 1, 8, 8]
+    assert [d.dim_value for d in written.graph.output[0].type.tensor_type.shape.dim] == [1, 10]
+    # Into the source's own folder it would replace the source.
+    proc = run_cli("convert", path, "-t", "onnx", "--input-shape", "x=1,1,8,8", "-o", tmp_path)
+    assert proc.returncode == 2 and "would replace the source" in proc.stderr
+
+
 def test_every_target_reachable_from_each_source_format():
     graph = Graph()
     assert {"tflite", "onnx"} <= set(graph.reachable("keras"))

@@ -164,6 +164,14 @@ def _onnx_if_parsable(path: Path) -> str | None:
     return "onnx" if model.graph.node or model.graph.input else None
 
 
+def onnx_dims(value) -> list[int | str | None]:
+    """The dimensions of an ONNX ValueInfoProto: an int where fixed, else its symbolic name or None. A
+    dim_value of -1 or 0 is dynamic too: older exporters (Paddle2ONNX, early tf2onnx) write -1 for a free
+    batch dimension."""
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
+            for d in value.type.tensor_type.shape.dim]
+
+
 def onnx_files(path: Path) -> tuple[str, ...]:
     """The model file and every external-data file it references, which must lie in the model's folder."""
     import onnx

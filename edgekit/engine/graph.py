@@ -81,18 +81,28 @@ class Graph:
                 out.setdefault(node, set()).add(prec)
         return out
 
-    def route(self, source_format: str, target_format: str, precision: str = "fp32") -> Route:
+    def route(self, source_format: str, target_format: str, precision: str = "fp32", *,
+              rewrite: bool = False) -> Route:
         """The cheapest route from a source format to a target format at a precision.
 
         Prefers routes whose converters are all installed; raises MissingDependency naming the
         extra when only uninstalled routes exist, BadInput (listing what is reachable) when none.
+        The source's own format at fp32 is a route only with `rewrite` (input shapes were given) and an
+        edge from that format to itself at fp32 (an ONNX model written with fixed input shapes).
         """
         if precision not in PRECISIONS:
             raise BadInput(f"unknown precision {precision!r}", fix=f"use one of {', '.join(PRECISIONS)}")
         start, goal = node_of(source_format), (target_format, precision)
         if goal == (start, "fp32"):
+            same = [e for e in self.edges if e.source == start and e.target == start and e.accepts("fp32", "fp32")]
+            if rewrite and same:
+                plan = Route(source_format, target_format, precision, (Step(same[0], "fp32"),))
+                if not same[0].available():
+                    raise MissingDependency(f"the {start} → {start} converter", same[0].extra, same[0].missing())
+                return plan
             raise BadInput(f"the source is already {target_format} at fp32: there is nothing to convert",
-                           fix="ask for another target or precision (edgekit graph lists them)")
+                           fix="ask for another target or precision (edgekit graph lists them)"
+                               + (", or give --input-shape to write it with fixed input shapes" if same else ""))
         found = self._search(start, goal, True).get(goal)
         if found is None:
             anyway = self._search(start, goal, False).get(goal)

@@ -5,14 +5,16 @@ asked for is an error, or with `--target all` a target left out with the reason)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from edgekit.calibration.methods import AUTO, METHODS
 from edgekit.calibration.sources import CalibrationSpec
-from edgekit.converters.base import converters
+from edgekit.converters.base import converters, node_of
 from edgekit.core.errors import BadInput
 from edgekit.core.formats import detect
 from edgekit.core.quant import PASSES, LayerOverride, QuantSpec, check_expressible
 from edgekit.core.verify import THRESHOLDS
+from edgekit.engine.build import stem_of
 from edgekit.engine.graph import Graph, Route
 from edgekit.sources.loading import SourceOptions
 from edgekit.targets import TARGETS, resolve
@@ -98,7 +100,13 @@ def plan(req: ConvertRequest) -> Plan:
     if not targets:
         raise BadInput(f"no target is reachable from {source_format} at {req.precision}",
                        fix="edgekit graph lists the converters and the precisions they produce")
-    routes = [(t, graph.route(source_format, t.format, req.precision)) for t in targets]
+    rewrite = bool(req.source_options.input_shapes)  # an ONNX source at fp32 is written with those shapes
+    routes = [(t, graph.route(source_format, t.format, req.precision, rewrite=rewrite)) for t in targets]
+    for t, r in routes:
+        written = Path(req.out_dir) / f"{stem_of(req.source)}{t.extension}"
+        if r.precision == "fp32" and r.target_format == node_of(source_format) and written.resolve() == Path(req.source).resolve():
+            raise BadInput(f"writing the {t.name} model with fixed input shapes to {written} would replace the source",
+                           fix="give --out another folder")
     warnings: list[str] = []
     if any(n.strip().lower() == "all" for n in req.targets):
         # `all` keeps the targets that can do what was asked, and says which it left out.

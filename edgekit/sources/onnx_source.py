@@ -9,7 +9,7 @@ import numpy as np
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.deps import require
 from edgekit.core.errors import BadInput, first_line
-from edgekit.core.formats import onnx_files
+from edgekit.core.formats import onnx_dims, onnx_files
 from edgekit.core.signature import Signature, TensorSpec
 from edgekit.targets.onnx import OnnxRunner
 
@@ -50,7 +50,7 @@ def open_onnx(location: str, declared: tuple[TensorSpec, ...] | None) -> OnnxSou
         given = {i.name: s for i, s in zip(inputs, declared)}  # positional (input_0, ...)
     specs = []
     for value in inputs:
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
+        dims = [d if isinstance(d, int) else None for d in onnx_dims(value)]
         dtype = _ONNX_DTYPES.get(value.type.tensor_type.elem_type)
         if dtype is None:
             raise BadInput(f"{location}: input {value.name!r} has an element type edgekit does not handle")

@@ -1,0 +1,29 @@
+"""onnx → onnx at fp32 with the input shapes given (--input-shape): the model with its dynamic input
+dimensions fixed and its shapes inferred, as one file — what a runtime that wants static shapes (a
+mobile build, an accelerator delegate) loads. A route of its own only when shapes are given: without
+them an ONNX source at fp32 has nothing to convert."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from edgekit.converters.base import ConvertContext, Converter
+from edgekit.converters.onnx_quantize import fixed_shapes
+from edgekit.core.artifact import ModelArtifact
+
+
+class OnnxFixedShapes(Converter):
+    name = "onnx_fixed_shapes"
+    source = "onnx"
+    target = "onnx"
+    precisions = ("fp32",)
+    extra = "onnx"
+    requires = ("onnx", "onnxruntime")
+    cost = 1.0
+    tools = ("onnx", "onnxruntime")
+
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        fixed = fixed_shapes(Path(src.path), src, ctx.work_dir)
+        shutil.copyfile(fixed, out_path)
+        return ModelArtifact("onnx", str(out_path), src.signature, precision)
