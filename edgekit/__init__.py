@@ -75,7 +75,7 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
             precision: str = "fp32", int8: bool = False, calibration: str | os.PathLike | None = None,
             calib_samples: int | None = None, calib_method: str = "minmax", calib_preprocess: str | None = None,
             eval_data: str | os.PathLike | None = None, thresholds: Mapping[str, float] | None = None,
-            int8_io: bool = False, bias_correction: bool = False, smooth_quant: bool = False,
+            output_kinds: Mapping[str, str] | None = None, int8_io: bool = False, bias_correction: bool = False, smooth_quant: bool = False,
             granularity: str = "per-channel", keep: Mapping[str, str] | Iterable[str] | None = None,
             budgets: Mapping[str, float] | None = None, min_int8_share: float = 0.8, max_steps: int = 8,
             input_shapes: Mapping[str, Iterable[int]] | Iterable[str] | None = None,
@@ -95,6 +95,8 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
     - `eval_data`: an .npz of inputs (and optional `labels`) to verify on; without it, held-out calibration
       samples or seeded random inputs (a warning in the result says which).
     - `thresholds`: {metric: limit} overriding verification thresholds, e.g. {"cosine": 0.999}.
+    - `output_kinds`: {output: kind} saying what an output is ("scores", "embedding", "regression", "map",
+      "sequence"), which decides the metrics that judge it, e.g. {"output_1": "regression"}.
     - int8 only: `int8_io`, `bias_correction`, `smooth_quant`, `granularity` ("per-channel" or
       "per-tensor"), `keep` ({layer: "float" or "int16"}, or a list of layers kept float), and `budgets`
       ({metric: limit}: keep the fewest layers back until they hold) with `min_int8_share` and `max_steps`.
@@ -153,7 +155,7 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
                                      trust_model_code),
         granularity=granularity.replace("-", "_"), overrides=parse_overrides(_keep(keep)),
         budgets=parse_budgets(_mapping(budgets, "budgets", {"cosine": 0.99})), min_int8_share=float(min_int8_share),
-        max_steps=max_steps,
+        max_steps=max_steps, output_kinds=_output_kinds(output_kinds),
     )
     with _as_a_command():
         return run(request, progress=progress, cache=ArtifactCache() if cache else None)
@@ -328,6 +330,12 @@ def _mapping(value, keyword: str, example: dict) -> dict:
     if not isinstance(value, Mapping):
         raise BadInput(f"{keyword}={value!r} is not a dict", fix=f"give {keyword} as a dict such as {example!r}")
     return dict(value)
+
+
+def _output_kinds(value) -> dict[str, str]:
+    from edgekit.core.verify import parse_output_kinds  # local: keeps numpy off `import edgekit`
+
+    return parse_output_kinds(f"{k}={v}" for k, v in _mapping(value, "output_kinds", {"output_1": "regression"}).items())
 
 
 def _thresholds(value) -> dict[str, float]:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgekit.core.errors import BadInput
-from edgekit.core.verify import METRICS, THRESHOLDS, compare, parse_thresholds
+from edgekit.core.verify import METRICS, THRESHOLDS, compare, parse_output_kinds, parse_thresholds
 
 
 def test_metrics_on_known_values():
@@ -41,7 +41,8 @@ def test_compare_passes_within_thresholds_and_reports_accuracy():
     assert verdict.status == "pass"
     assert verdict.task_accuracy == {"reference": 0.9, "artifact": 0.9}
     # class scores have no positions: no per-channel metric
-    assert set(verdict.metrics["output_0"]) == set(METRICS) - {"channel_cosine", "channel_cosine_min"}
+    assert set(verdict.metrics["output_0"]) == set(METRICS) - {"channel_cosine", "channel_cosine_min", "step_top1_agreement"}
+    assert verdict.kinds["output_0"]["kind"] == "scores" and verdict.kinds["output_0"]["basis"].startswith("guessed")
 
 
 def test_compare_fails_with_the_broken_threshold_named():
@@ -109,3 +110,35 @@ def test_a_missed_top1_budget_says_how_many_disagreements_are_near_ties():
     verdict = compare([ref], [out], {"top1_agreement": 0.9})
     assert verdict.status == "fail"
     assert "top1_agreement 0.5 < 0.9 (2 of 4 samples disagree; 1 of them are near-ties" in verdict.reasons[0]
+
+
+def test_each_output_is_judged_by_the_metrics_that_fit_its_kind():
+    rng = np.random.default_rng(3)
+    logits = rng.standard_normal((40, 12))
+    probs = np.exp(logits[:, :2]) / np.exp(logits[:, :2]).sum(1, keepdims=True)
+    boxes = rng.standard_normal((40, 4)) * 0.01  # offsets near zero: one sample's cosine is noise
+    noisy_boxes = boxes + rng.standard_normal(boxes.shape) * 0.003
+    embedding = logits / np.linalg.norm(logits, axis=1, keepdims=True)
+    steps = np.exp(rng.standard_normal((40, 1, 6, 5)))
+    steps /= steps.sum(-1, keepdims=True)
+    image_map = rng.random((40, 1, 1, 8, 8))
+    ref = [probs, boxes, embedding, steps, image_map, logits]
+    verdict = compare(ref, [probs, noisy_boxes, embedding, steps, image_map, logits], THRESHOLDS["int8"])
+    kinds = {k: v["kind"] for k, v in verdict.kinds.items()}
+    assert kinds == {"output_0": "scores", "output_1": "regression", "output_2": "embedding", "output_3": "sequence",
+                     "output_4": "map", "output_5": "scores"}
+    assert verdict.kinds["output_0"]["basis"].startswith("its values")  # probabilities: read, not guessed
+    assert verdict.kinds["output_1"]["basis"].startswith("guessed") and "--output-kind" in verdict.kinds["output_1"]["basis"]
+    m = verdict.metrics
+    assert "top1_agreement" in m["output_0"] and "top1_agreement" not in m["output_1"]
+    assert "cosine_min" not in m["output_1"] and "top1_agreement" not in m["output_4"]
+    assert m["output_3"]["step_top1_agreement"] == 1.0 and "top1_agreement" not in m["output_3"]
+    # the boxes' worst sample is far below the int8 cosine_min; it does not fit a regression: not a reason
+    assert METRICS["cosine_min"](boxes, noisy_boxes) < THRESHOLDS["int8"]["cosine_min"]
+    assert not any("output_1 cosine_min" in r for r in verdict.reasons)
+    # The user's word wins: the same boxes declared class scores are judged as such.
+    declared = compare([boxes], [noisy_boxes], {"top1_agreement": 0.5}, kinds={"output_0": "embedding"})
+    assert declared.kinds["output_0"] == {"kind": "embedding", "basis": "given"} and "top1_agreement" not in declared.metrics["output_0"]
+    with pytest.raises(BadInput, match="--output-kind"):
+        parse_output_kinds(["output_0=boxes"])
+    assert parse_output_kinds(["1=regression", "output_0=scores"]) == {"output_1": "regression", "output_0": "scores"}

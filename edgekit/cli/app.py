@@ -111,6 +111,7 @@ def convert(
     trust_model_code: Annotated[bool, typer.Option("--trust-model-code", help=TRUST_CODE)] = False,
     model_class: Annotated[Optional[str], typer.Option("--model-class", help="module:Class for a state_dict.")] = None,
     threshold: Annotated[list[str], typer.Option("--threshold", help="Override a metric threshold, e.g. cosine=0.999.")] = [],
+    output_kind: Annotated[list[str], typer.Option("--output-kind", help="What an output is, for the metrics that judge it: OUTPUT=scores|embedding|regression|map|sequence, e.g. output_1=regression (repeat). Default: read from its values, else guessed from its shape (the JSON says which).")] = [],
     budget: Annotated[list[str], typer.Option("--budget", help="int8: a metric to meet, e.g. cosine=0.99 (repeat); layers are kept back from int8, the fewest that meet it.")] = [],
     min_int8_share: Annotated[float, typer.Option("--min-int8-share", help="With --budget: the least share of weight bytes that stays int8.")] = 0.8,
     max_steps: Annotated[int, typer.Option("--max-steps", help="With --budget: the most conversions the search makes after full int8.")] = 8,
@@ -127,7 +128,7 @@ def convert(
     from edgekit.engine.pipeline import convert as run
     from edgekit.core.quant import GRANULARITIES, parse_overrides
     from edgekit.engine.search import parse_budgets
-    from edgekit.core.verify import parse_thresholds
+    from edgekit.core.verify import parse_output_kinds, parse_thresholds
 
     if int8:
         if precision not in ("fp32", "int8"):
@@ -147,7 +148,7 @@ def convert(
         source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
                                      str(example_inputs) if example_inputs else None, trust_model_code),
         granularity=granularity.replace("-", "_"), overrides=parse_overrides(keep), budgets=parse_budgets(budget),
-        min_int8_share=min_int8_share, max_steps=max_steps,
+        min_int8_share=min_int8_share, max_steps=max_steps, output_kinds=parse_output_kinds(output_kind),
     )
     cache = _cache(no_cache)
     result = run(request, progress=reporter.step, cache=cache)

@@ -150,7 +150,7 @@ def render_result(result, console: Console | None) -> None:
         m = r.verdict.metrics.get("output_0", {})
         acc = r.verdict.task_accuracy
         acc_text = f"{acc['reference'] * 100:.2f}% → {acc['artifact'] * 100:.2f}%" if acc else "—"
-        top1 = m.get("top1_agreement")
+        top1 = m.get("top1_agreement", m.get("step_top1_agreement"))  # class scores, or class scores per step
         table.add_row(
             _target_label(r.target), r.artifact.precision, _size(r.bytes),
             f"[{STATUS_STYLE[r.verdict.status]}]{r.verdict.status}[/]",
@@ -188,6 +188,10 @@ def render_result(result, console: Console | None) -> None:
             console.print(f"    [yellow]note:[/yellow] {escape(note)}")
         for reason in r.verdict.reasons:
             console.print(f"    [red]✗ {reason}[/red]")
+    kinds = next((r.verdict.kinds for r in result.artifacts if r.verdict.kinds), {})
+    if len(kinds) > 1 or any(k["kind"] != "scores" for k in kinds.values()):
+        console.print("  outputs judged as: " + "; ".join(f"{name} {k['kind']} ({escape(k['basis'])})"
+                                                          for name, k in kinds.items()))
     for w in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
 

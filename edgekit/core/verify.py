@@ -122,6 +122,90 @@ def top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
     return float(np.mean(np.argmax(r, axis=1) == np.argmax(o, axis=1)))
 
 
+@metric("step_top1_agreement", higher_is_better=True)
+def step_top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
+    """Share of the steps of a sequence of class scores (each sample [steps, classes], as a CTC text
+    recogniser or a token classifier writes) whose arg-max class agrees; None for other outputs."""
+    shape = ref.shape[1:]
+    if len(shape) == 3 and shape[0] == 1:
+        shape = shape[1:]
+    if len(shape) != 2 or shape[1] < 2:
+        return None
+    r, o = (np.asarray(a, dtype=np.float64).reshape(-1, shape[1]) for a in (ref, out))
+    return float(np.mean(np.argmax(r, axis=1) == np.argmax(o, axis=1)))
+
+
+# What an output is decides the metrics that judge it. A metric that does not fit an output's kind is
+# neither reported nor checked: the top-1 class of a box regression or of a probability map means nothing,
+# and one sample's cosine of a 4-value box offset near zero is noise, not drift.
+KINDS = {
+    "scores": "class scores (logits or probabilities): top-1 agreement",
+    "embedding": "an embedding vector: cosine per sample",
+    "regression": "a few values per sample (boxes, landmarks, a score): cosine and errors over all samples",
+    "map": "a map over positions (segmentation, a detection grid, features): cosine per channel",
+    "sequence": "class scores per step (a CTC text recogniser, token classes): top-1 agreement per step",
+}
+NOT_FITTING = {
+    "scores": {"channel_cosine", "channel_cosine_min", "step_top1_agreement"},
+    "embedding": {"top1_agreement", "channel_cosine", "channel_cosine_min", "step_top1_agreement"},
+    "regression": {"top1_agreement", "cosine_min", "channel_cosine", "channel_cosine_min", "step_top1_agreement"},
+    "map": {"top1_agreement", "step_top1_agreement"},
+    "sequence": {"top1_agreement", "channel_cosine", "channel_cosine_min"},
+}
+MANY_CLASSES = 10  # a vector of this many values or more that is neither probabilities nor unit-norm: logits
+
+
+@dataclass(frozen=True)
+class OutputKind:
+    kind: str  # a key of KINDS
+    basis: str  # why: "given", read from its values, or guessed from its shape (said as such)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "basis": self.basis}
+
+
+def output_kind(ref: np.ndarray) -> OutputKind:
+    """What an output is, from the source model's outputs on the verification samples (stacked): from its
+    values where they say it (probabilities, unit-norm vectors), else guessed from its shape — said so, with
+    the option that corrects a wrong guess."""
+    shape = ref.shape[1:]
+    while len(shape) > 1 and shape[0] == 1:
+        shape = shape[1:]
+    values = np.asarray(ref, dtype=np.float64).reshape(len(ref), *shape) if len(ref) else ref
+    fix = "--output-kind NAME=KIND corrects it"
+    if len(shape) == 2 and shape[1] >= 2 and _distributions(values.reshape(-1, shape[1])):
+        return OutputKind("sequence", "its values: every step's scores sum to 1")
+    if len(shape) >= 2:
+        return OutputKind("map", f"guessed from its shape {'×'.join(map(str, shape))} (values over positions); {fix}")
+    classes = shape[0] if shape else 1
+    rows = values.reshape(len(values), -1)
+    if classes >= 2 and _distributions(rows):
+        return OutputKind("scores", "its values: every sample's scores sum to 1")
+    if classes >= 8 and np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-3):
+        return OutputKind("embedding", "its values: every sample has unit L2 norm")
+    if classes >= MANY_CLASSES:
+        return OutputKind("scores", f"guessed from its shape ({classes} values per sample, taken for logits); {fix}")
+    return OutputKind("regression", f"guessed from its shape ({classes} value{'s' if classes > 1 else ''} per "
+                                    f"sample, not probabilities); {fix}")
+
+
+def _distributions(rows: np.ndarray) -> bool:
+    return bool(len(rows)) and bool(np.all(rows >= -1e-6)) and bool(np.allclose(rows.sum(axis=1), 1.0, atol=1e-3))
+
+
+def parse_output_kinds(items) -> dict[str, str]:
+    """`--output-kind output_1=regression` (or `1=regression`) → {"output_1": "regression"}."""
+    out = {}
+    for item in items:
+        name, sep, kind = str(item).partition("=")
+        name = name.strip()
+        if not sep or kind.strip() not in KINDS or not name:
+            raise BadInput(f"cannot read --output-kind {item!r}",
+                           fix=f"write OUTPUT=KIND, OUTPUT as output_0 (or 0), KIND one of {', '.join(KINDS)}")
+        out[f"output_{name}" if name.isdigit() else name] = kind.strip()
+    return out
+
+
 NEAR_TIE = 0.01  # a top-2 margin under this share of the logits' spread: any perturbation may flip it
 
 
@@ -174,6 +258,7 @@ class Verdict:
     # the artifact run again at a second size of its dynamic dimensions (edgekit.engine.sizes)
     second_size: dict | None = None
     notes: tuple[str, ...] = ()  # what verification could not do, e.g. no second size for a dimension
+    kinds: dict = field(default_factory=dict)  # output name → OutputKind.to_json(): what judged it
 
     def to_json(self) -> dict:
         out = {"status": self.status, "samples": self.samples, "metrics": self.metrics,
@@ -188,18 +273,24 @@ class Verdict:
             out["reasons"] = list(self.reasons)
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.kinds:
+            out["outputs"] = self.kinds
         return out
 
     @classmethod
     def from_json(cls, d: dict) -> "Verdict":
         return cls(d["status"], d["samples"], d["metrics"], d["thresholds"], d.get("task_accuracy"),
-                   tuple(d.get("reasons", ())), d.get("inspection"), d.get("second_size"), tuple(d.get("notes", ())))
+                   tuple(d.get("reasons", ())), d.get("inspection"), d.get("second_size"), tuple(d.get("notes", ())),
+                   d.get("outputs", {}))
 
 
 def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, float],
-            labels: np.ndarray | None = None, inspection: dict | None = None) -> Verdict:
+            labels: np.ndarray | None = None, inspection: dict | None = None,
+            kinds: dict[str, str] | None = None) -> Verdict:
     """Compare artifact outputs with reference outputs (each stacked over samples).
 
+    Each output is judged by the metrics that fit its kind (`kinds`: output name → a KINDS key given by the
+    user; else `output_kind`; a top1_agreement threshold says class scores where the kind was only guessed).
     With an `inspection` of the artifact, thresholds on INSPECTION_METRICS are checked too.
     """
     reasons = _inspection_reasons(inspection, thresholds) if inspection is not None else []
@@ -208,13 +299,19 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, 
         return Verdict("fail", len(ref[0]) if ref else 0, {}, dict(thresholds),
                        reasons=(f"the artifact has {len(out)} outputs, the source {len(ref)}",))
     metrics: dict[str, dict] = {}
+    judged: dict[str, dict] = {}
     for i, (r, o) in enumerate(zip(ref, out)):
         name = f"output_{i}"
         if r.size != o.size:
             reasons.append(f"{name}: shape {o.shape} differs from the source's {r.shape}")
             continue
         o = o.reshape(r.shape)
-        metrics[name] = {k: fn(r, o) for k, fn in METRICS.items()}
+        given = (kinds or {}).get(name)
+        kind = OutputKind(given, "given") if given else output_kind(r)
+        if kind.basis.startswith("guessed") and "top1_agreement" in thresholds and kind.kind != "scores":
+            kind = OutputKind("scores", "a top1_agreement threshold was given")
+        judged[name] = kind.to_json()
+        metrics[name] = {k: fn(r, o) for k, fn in METRICS.items() if k not in NOT_FITTING[kind.kind]}
         metrics[name] = {k: v for k, v in metrics[name].items() if v is not None or k == "sqnr_db"}
         for key, limit in output_thresholds.items():
             value = metrics[name].get(key)
@@ -236,7 +333,7 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, 
         labels = np.asarray(labels).reshape(-1)
         task = {"reference": _accuracy(ref[0], labels), "artifact": _accuracy(out[0], labels)}
     return Verdict("fail" if reasons else "pass", len(ref[0]) if ref else 0, metrics, dict(thresholds), task,
-                   tuple(reasons), inspection)
+                   tuple(reasons), inspection, kinds=judged)
 
 
 def _inspection_reasons(inspection: dict, thresholds: dict[str, float]) -> list[str]:

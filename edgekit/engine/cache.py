@@ -189,6 +189,7 @@ def request_key(plan) -> dict:
         "calib_method": req.calib_method if plan.calibrated else None,
         "budgets": sorted(b.text() for b in req.budgets), "min_int8_share": req.min_int8_share,
         "max_steps": req.max_steps, "thresholds": sorted(plan.thresholds.items()), "precision": req.precision,
+        "output_kinds": sorted(req.output_kinds.items()),
     }
 
 

@@ -78,7 +78,7 @@ class TargetJob:
             self.say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
             started = time.perf_counter()
             outputs, inspection = self._run(artifact, samples)
-            verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection)
+            verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection, self.req.output_kinds)
             verdict = verify_second_size(self.source, artifact, verdict, samples, reference, self.thresholds,
                                          lambda msg: self.say(f"{target.name}: {msg}"))
             search = artifact.meta.get("search")

@@ -199,13 +199,13 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
         prepared = prepare(Plan(req, detect(req.source), (), False, {}), say, sources)
         for p, fmt, files, inspection in given:
             results.append(_verify_given(p, fmt, files, inspection, prepared.source,
-                                         prepared.samples, prepared.reference, thresholds_for, say))
+                                         prepared.samples, prepared.reference, thresholds_for, say, req.output_kinds))
     source = prepared.source.artifact
     return ConvertResult(source, source.sha256 if source.files else None, tuple(results), prepared.warnings)
 
 
 def _verify_given(p, fmt: str, files, inspection: dict, source: Source, samples, reference, thresholds_for,
-                  say: Progress) -> ArtifactResult:
+                  say: Progress, kinds: dict) -> ArtifactResult:
     target = by_format(fmt)
     artifact = ModelArtifact(fmt, str(p), source.artifact.signature, files=files, meta={"route": ["given"], "seconds": 0.0})
     say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
@@ -217,7 +217,7 @@ def _verify_given(p, fmt: str, files, inspection: dict, source: Source, samples,
     precision = split_name(Path(p))[1] or precision_from_inspection(inspection["weight_bytes_by_dtype"],
                                                                     inspection["int8_weight_share"])
     thresholds = {**THRESHOLDS.get(precision, {}), **(thresholds_for(precision) if thresholds_for else {})}
-    verdict = compare(reference, outputs, thresholds, samples.labels, inspection)
+    verdict = compare(reference, outputs, thresholds, samples.labels, inspection, kinds)
     verdict = verify_second_size(source, artifact, verdict, samples, reference, thresholds,
                                  lambda msg: say(f"{target.name}: {msg}"))
     return ArtifactResult.measured(target.name, artifact.evolve(precision=precision), verdict)

@@ -13,7 +13,7 @@ from edgekit.converters.base import converters, node_of
 from edgekit.core.errors import BadInput
 from edgekit.core.formats import detect
 from edgekit.core.quant import PASSES, LayerOverride, QuantSpec, check_expressible
-from edgekit.core.verify import THRESHOLDS
+from edgekit.core.verify import KINDS, THRESHOLDS
 from edgekit.engine.build import stem_of
 from edgekit.engine.graph import Graph, Route
 from edgekit.sources.loading import SourceOptions
@@ -39,6 +39,7 @@ class ConvertRequest:
     budgets: tuple = ()  # edgekit.engine.search.Budget: search for the fewest layers to keep back until they hold
     min_int8_share: float = 0.8
     max_steps: int = 8
+    output_kinds: dict = field(default_factory=dict)  # output name → edgekit.core.verify.KINDS key (--output-kind)
 
     def spec(self, method: str) -> QuantSpec:
         """The quantization spec of this request with the calibration method `method`."""
@@ -62,6 +63,9 @@ class ConvertRequest:
         if (self.overrides or self.budgets) and self.precision != "int8":
             raise BadInput(f"{'--keep' if self.overrides else '--budget'} needs --precision int8 (or --int8): "
                            "it keeps layers of a static int8 model back")
+        unknown = {k: v for k, v in self.output_kinds.items() if v not in KINDS}
+        if unknown:
+            raise BadInput(f"unknown output kind {unknown}", fix=f"use one of {', '.join(KINDS)}")
         if not 0 <= self.min_int8_share <= 1:
             raise BadInput(f"--min-int8-share {self.min_int8_share:g} is not a share", fix="give a number from 0 to 1")
 

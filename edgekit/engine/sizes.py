@@ -128,7 +128,8 @@ def verify_second_size(source: Source, artifact: ModelArtifact, verdict: Verdict
                        second_size={**record, "status": "fail", "metrics": {}, "reasons": [reason]})
     split = bool(batch)
     second = compare([_per_sample(r, split) for r in ref],
-                     [_per_sample(o, split and np.shape(o) == np.shape(r)) for o, r in zip(outputs, ref)], thresholds)
+                     [_per_sample(o, split and np.shape(o) == np.shape(r)) for o, r in zip(outputs, ref)], thresholds,
+                     kinds={name: k["kind"] for name, k in verdict.kinds.items()})
     record.update(status=second.status, metrics=second.metrics, reasons=list(second.reasons))
     reasons = tuple(f"at the second size ({where}): {r}" for r in second.reasons)
     return replace(verdict, status="fail" if reasons else verdict.status, reasons=verdict.reasons + reasons,

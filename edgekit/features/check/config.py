@@ -9,14 +9,14 @@ from pathlib import Path
 
 from edgekit.core.errors import BadInput, reading
 from edgekit.converters.base import PRECISIONS
-from edgekit.core.verify import HIGHER_IS_BETTER
+from edgekit.core.verify import HIGHER_IS_BETTER, parse_output_kinds
 from edgekit.sources.loading import SourceOptions
 
 LATENCY_BUDGETS = ("max_latency_ms", "min_int8_speedup")  # host CPU latency at 1 thread (edgekit.features.bench)
 BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *LATENCY_BUDGETS, *HIGHER_IS_BETTER}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
 MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
-              "bias_correction", "smooth_quant", "budgets", "artifacts", "search"}
+              "bias_correction", "smooth_quant", "budgets", "artifacts", "search", "output_kinds"}
 SEARCH_KEYS = {"min_int8_share", "max_steps"}
 
 
@@ -36,6 +36,7 @@ class ModelCheck:
     artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
     project: str | None = None  # the config's folder: import specs must name its modules
     search: dict | None = None  # accuracy-aware int8 (edgekit.engine.search): {min_int8_share, max_steps}, or None
+    output_kinds: dict = field(default_factory=dict)  # output name → kind (edgekit.core.verify.KINDS)
 
     def budget(self, precision: str) -> dict:
         return {**self.budgets.get("*", {}), **self.budgets.get(precision, {})}
@@ -134,7 +135,7 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
         bias_correction=_flag(m, "bias_correction", where), smooth_quant=_flag(m, "smooth_quant", where),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
-        search=_search(m.get("search"), where, "int8" in precisions),
+        search=_search(m.get("search"), where, "int8" in precisions), output_kinds=_output_kinds(m, where),
     )
 
 
@@ -166,6 +167,16 @@ def _search(raw, where: str, int8: bool) -> dict | None:
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise BadInput(f"{where}.search.max_steps must be a whole number ≥ 0, got {steps!r}")
     return {"min_int8_share": float(share), "max_steps": steps}
+
+
+def _output_kinds(m: dict, where: str) -> dict:
+    raw = m.get("output_kinds", {})
+    if not isinstance(raw, dict):
+        raise BadInput(f"{where}.output_kinds must be a table", fix='e.g. output_kinds = {output_1 = "regression"}')
+    try:
+        return parse_output_kinds(f"{k}={v}" for k, v in raw.items())
+    except BadInput as e:
+        raise BadInput(f"{where}.output_kinds: {e.message}", fix=e.fix) from None
 
 
 def _budgets(raw, where: str) -> dict:

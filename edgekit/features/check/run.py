@@ -115,7 +115,7 @@ def request(m: ModelCheck, precision: str, options: Options, targets=None, seed=
     searching = m.search is not None and precision == "int8"
     return ConvertRequest(
         m.path, targets or m.targets or ("all",), str(Path(options.out_dir) / m.name / precision), precision=precision,
-        eval_data=m.eval, thresholds=_metric_limits(m.budget(precision)),
+        eval_data=m.eval, thresholds=_metric_limits(m.budget(precision)), output_kinds=m.output_kinds,
         source_options=m.source_options(options.trust),
         calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == "int8" else None,
         calib_method=m.calib_method,
