@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.calibration import tflite_bias_correction
 from edgekit.core.artifact import ModelArtifact
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.core.drift import keras_layer
@@ -20,6 +21,7 @@ class TfToTflite(Converter):
     methods = ("minmax",)  # the converter's calibrator records min/max per tensor; no other choice
     int8_io = True
     fallbacks = ("float",)  # the quantization debugger's denylisted nodes
+    bias_correction = True  # edgekit.calibration.tflite_bias_correction on the int8 .tflite
     extra = "tf"
     requires = ("tensorflow",)
     cost = 1.0
@@ -41,9 +43,12 @@ class TfToTflite(Converter):
             if ctx.spec.int8_io:
                 converter.inference_input_type = tf.int8
                 converter.inference_output_type = tf.int8
-            if ctx.spec.layers("float"):
-                out_path.write_bytes(_with_float_layers(converter, ctx, src))
-                return ModelArtifact("tflite", str(out_path), src.signature, precision)
+            model = _with_float_layers(converter, ctx, src) if ctx.spec.layers("float") else converter.convert()
+            if ctx.spec.bias_correction:
+                float_model = tf.lite.TFLiteConverter.from_saved_model(ctx.source.saved_model(ctx.work_dir)).convert()
+                model, _ = tflite_bias_correction.correct(model, float_model, ctx.calibration, src.signature.input_names)
+            out_path.write_bytes(model)
+            return ModelArtifact("tflite", str(out_path), src.signature, precision)
         out_path.write_bytes(converter.convert())
         return ModelArtifact("tflite", str(out_path), src.signature, precision)
 

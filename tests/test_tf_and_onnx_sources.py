@@ -146,6 +146,54 @@ def test_an_onnx_source_with_free_dimensions_is_written_with_the_shapes_given(co
     assert proc.returncode == 2 and "would replace the source" in proc.stderr
 
 
+def _offset_depthwise_cnn(path, rng):
+    """A Keras CNN of the kind bias correction is for: depthwise 3×3 filters with one large tap and small
+    ones, on activations with a large mean (a stem with a positive bias, as batch normalisation leaves
+    them). Rounding each filter's small taps moves that channel's mean output by (its rounding error) ×
+    (the input's mean), and four such layers add up."""
+    import keras
+
+    x = keras.Input((16, 16, 3), batch_size=1, name="x")
+    h = keras.layers.Conv2D(8, 3, padding="same", name="stem")(x)
+    for i in range(4):
+        h = keras.layers.DepthwiseConv2D(3, padding="same", name=f"dw{i}")(h)
+    model = keras.Model(x, keras.layers.Dense(10, name="logits")(keras.layers.GlobalAveragePooling2D()(h)))
+    model.get_layer("stem").set_weights([rng.normal(0, 0.3, (3, 3, 3, 8)).astype("float32"), np.full(8, 2.0, "float32")])
+    for i in range(4):
+        w = rng.uniform(-0.006, 0.006, (3, 3, 8, 1)).astype("float32")
+        w[1, 1] = 1.0
+        model.get_layer(f"dw{i}").set_weights([w, np.zeros(8, "float32")])  # equal zero biases: stored once
+    model.get_layer("logits").set_weights([rng.normal(0, 1, (8, 10)).astype("float32"), np.zeros(10, "float32")])
+    model.save(path)
+
+
+def test_keras_int8_tflite_gains_from_bias_correction(tmp_path):
+    from skimage import data
+
+    rng = np.random.default_rng(0)
+    _offset_depthwise_cnn(tmp_path / "dw.keras", rng)
+    photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()]
+    crops = []
+    for i in range(300):  # 16×16 crops of real photos
+        im = photos[i % 4]
+        y, x = rng.integers(0, im.shape[0] - 16), rng.integers(0, im.shape[1] - 16)
+        crops.append(im[y:y + 16, x:x + 16] / 255.0)
+    crops = np.asarray(crops, "float32")[:, None]
+    np.savez(tmp_path / "calib.npz", x=crops[:200])
+    np.savez(tmp_path / "eval.npz", x=crops[200:])
+
+    def sqnr(*extra):
+        proc = run_cli("convert", tmp_path / "dw.keras", "-t", "tflite", "--int8", "--calib", tmp_path / "calib.npz",
+                       "--eval", tmp_path / "eval.npz", "-o", tmp_path / "out", "--json", "--no-cache", *extra)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        [a] = json.loads(proc.stdout)["artifacts"]
+        assert a["verification"]["status"] == "pass" and a["quantization"]["bias_correction"] == bool(extra)
+        return a["verification"]["metrics"]["output_0"]["sqnr_db"]
+
+    plain, corrected = sqnr(), sqnr("--bias-correction")
+    assert corrected >= plain + 2.0, (plain, corrected)
+
+
 def test_every_target_reachable_from_each_source_format():
     graph = Graph()
     assert {"tflite", "onnx"} <= set(graph.reachable("keras"))

@@ -100,7 +100,7 @@ def convert(
     calib: Annotated[Optional[str], typer.Option("--calib", help="Calibration data: .npz, folder of .npy or images, module:function, or random.")] = None,
     calib_samples: Annotated[Optional[int], typer.Option("--calib-samples", help="Use the first N calibration samples.")] = None,
     calib_method: Annotated[str, typer.Option("--calib-method", help="minmax, percentile, entropy, mse, or auto.")] = "minmax",
-    bias_correction: Annotated[bool, typer.Option("--bias-correction", help="int8 (tflite from torch, executorch, onnx, ort): after calibration, subtract each layer's mean output error from its bias.")] = False,
+    bias_correction: Annotated[bool, typer.Option("--bias-correction", help="int8 (tflite, executorch, onnx, ort): after calibration, subtract each layer's mean output error from its bias.")] = False,
     smooth_quant: Annotated[bool, typer.Option("--smooth-quant", help="int8 (tflite from torch, executorch, onnx, ort): SmoothQuant, move a transformer's activation outliers into the weights of the linears reading each LayerNorm.")] = False,
     calib_preprocess: Annotated[Optional[str], typer.Option("--calib-preprocess", help="For image folders: size=HxW,scale=1/255,mean=..,std=..,layout=NCHW,color=gray")] = None,
     eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs (and optional 'labels') to verify on.")] = None,

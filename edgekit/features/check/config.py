@@ -30,7 +30,7 @@ class ModelCheck:
     eval: str | None = None
     input_shape: tuple[str, ...] = ()
     calib_method: str = "minmax"
-    bias_correction: bool = False  # int8: correct biases after calibration (tflite from torch, executorch, onnx, ort)
+    bias_correction: bool = False  # int8: correct biases after calibration (tflite, executorch, onnx, ort)
     smooth_quant: bool = False  # int8: SmoothQuant before calibration (the same targets)
     budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
     artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
