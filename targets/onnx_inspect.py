@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from edgekit.core.formats import onnx_dims
 from edgekit.targets.inspection import Inspection, OpInfo, build, io_entry
 
 DATA_OPS = frozenset({
@@ -78,11 +79,11 @@ def inspect(path: str) -> Inspection:
 
 
 def _io_shape(value) -> dict:
-    """A graph input or output (ValueInfoProto): a dim_param (or a dim without a value) is dynamic."""
+    """A graph input or output (ValueInfoProto): a dim_param, a dim without a value or below 1 is dynamic."""
     t = value.type.tensor_type
     if not t.HasField("shape"):
         return io_entry(value.name, None)
-    return io_entry(value.name, [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim])
+    return io_entry(value.name, onnx_dims(value))
 
 
 # The rules below work on any ONNX-like graph: `nodes` have op_type, domain, name, input and output
