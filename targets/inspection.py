@@ -93,6 +93,14 @@ def runtime_needs(fmt: str, op_counts: dict[str, int]) -> tuple[RuntimeNeed, ...
     return tuple(RuntimeNeed(id, what, modules, tuple(ops)) for (id, what, modules), ops in by_need.items())
 
 
+def duplicate_text(duplicate: dict) -> str:
+    """One line for a user: a constant stored more than once (up to sign), and what that costs."""
+    names = ", ".join(duplicate["tensors"][:3]) + (", …" if len(duplicate["tensors"]) > 3 else "")
+    copies = len(duplicate["tensors"])
+    return (f"the same {duplicate['bytes']:,}-byte constant (up to sign) is stored {copies} times ({names}): "
+            f"{duplicate['bytes'] * (copies - 1):,} bytes the converter could have shared")
+
+
 def need_text(need: RuntimeNeed) -> str:
     """One line for a user: what the app must add, and for which ops."""
     return f"needs {need.what} beyond the default runtime, for {', '.join(need.ops)}"
@@ -115,6 +123,13 @@ class Inspection:
     # {"inputs": [{"name", "shape", "dynamic"}, ...], "outputs": [...]}: see io_entry
     io_shapes: dict = field(default_factory=lambda: {"inputs": [], "outputs": []})
     needs: tuple[RuntimeNeed, ...] = ()  # what the artifact needs beyond the runtime a default app has
+    # the same constant bytes stored more than once: [{"bytes": size of one copy, "tensors": [names]}]
+    duplicates: tuple[dict, ...] = ()
+
+    @property
+    def duplicated_bytes(self) -> int:
+        """Bytes the file would save by storing each duplicated constant once."""
+        return sum(d["bytes"] * (len(d["tensors"]) - 1) for d in self.duplicates)
 
     def to_json(self) -> dict:
         out = {
@@ -133,6 +148,8 @@ class Inspection:
             "delegated": self.delegated,
             "notes": list(self.notes),
             "runtime_needs": [{**asdict(n), "modules": list(n.modules), "ops": list(n.ops)} for n in self.needs],
+            "duplicated_constants": [{"bytes": d["bytes"], "tensors": list(d["tensors"])} for d in self.duplicates],
+            "duplicated_bytes": self.duplicated_bytes,
         }
         if len(self.ops) <= JSON_OPS_LIMIT:
             out["ops"] = [asdict(o) for o in self.ops]
@@ -141,7 +158,7 @@ class Inspection:
 
 def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: dict[str, int],
           tensors: Iterable[dict], io_dtypes: dict, delegated: dict | None = None,
-          notes: Iterable[str] = (), io_shapes: dict | None = None) -> Inspection:
+          notes: Iterable[str] = (), io_shapes: dict | None = None, duplicates: Iterable[dict] = ()) -> Inspection:
     """The shared tail of every reader: shares, float-op summary and the largest tensors."""
     total = sum(weights.values())
     low = sum(n for dt, n in weights.items() if dt in INT8_FAMILY)
@@ -164,6 +181,7 @@ def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: di
         notes=tuple(dict.fromkeys(notes)),
         io_shapes={k: list((io_shapes or {}).get(k, [])) for k in ("inputs", "outputs")},
         needs=runtime_needs(fmt, op_counts),
+        duplicates=tuple(sorted(duplicates, key=lambda d: -d["bytes"])),
     )
 
 

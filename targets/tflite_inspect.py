@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 
 from edgekit.targets.inspection import INT8_FAMILY, Inspection, OpInfo, build, io_entry
 
@@ -14,6 +15,7 @@ DATA_OPS = frozenset({
     "REVERSE_V2", "MIRROR_PAD", "ZEROS_LIKE", "ONES_LIKE", "FILL",
 })
 FLOATS = frozenset({"float32", "float16", "bfloat16", "float64"})
+DUPLICATE_MIN_BYTES = 1024  # smaller equal constants (zero biases, scalars) are not worth a note
 
 
 def inspect(path: str) -> Inspection:
@@ -50,6 +52,7 @@ def inspect(path: str) -> Inspection:
 
     weights: collections.Counter = collections.Counter()
     seen_buffers: set[int] = set()
+    by_content: dict = collections.defaultdict(list)  # the same constant values (up to sign) in different buffers
     tensors, ops, op_counts = [], [], collections.Counter()
     notes = []
     for si, sg in enumerate(model.subgraphs):
@@ -60,6 +63,9 @@ def inspect(path: str) -> Inspection:
                 continue
             if t.buffer not in seen_buffers:  # several tensors may share one buffer: count it once
                 seen_buffers.add(t.buffer)
+                data = model.buffers[t.buffer].data
+                if data is not None and n >= DUPLICATE_MIN_BYTES:
+                    by_content[(dtype(t), _values_key(data, dtype(t)))].append((t.name.decode(), n))
                 weights[dtype(t)] += n
                 tensors.append({"name": t.name.decode(), "dtype": dtype(t),
                                 "shape": list(t.shape if t.shape is not None else []), "bytes": n})
@@ -96,8 +102,10 @@ def inspect(path: str) -> Inspection:
         notes.append("weight-only ops: int8 weights are dequantized and the kernel runs in float")
     if any(d in ("int8", "uint8") for d in io["inputs"]):
         notes.append("integer model inputs: callers must quantize with the input tensor's scale and zero point")
+    duplicates = [{"bytes": copies[0][1], "tensors": [name for name, _ in copies]}
+                  for copies in by_content.values() if len(copies) > 1]
     return build("tflite", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors,
-                 io_dtypes=io, notes=notes, io_shapes=shapes)
+                 io_dtypes=io, notes=notes, io_shapes=shapes, duplicates=duplicates)
 
 
 def _io_shape(t) -> dict:
@@ -108,3 +116,17 @@ def _io_shape(t) -> dict:
     name = t.name.decode() if isinstance(t.name, bytes) else str(t.name)
     return io_entry(name, dims)
 
+
+
+def _values_key(data, dtype: str) -> bytes:
+    """A key equal for two constants holding the same values up to sign and layout: litert-torch lowers a
+    PReLU after a Linear to two FULLY_CONNECTED ops, storing the weight a second time negated. The hash of
+    the magnitudes, sorted."""
+    import numpy as np
+
+    raw = bytes(data)
+    try:
+        values = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<"))
+    except (TypeError, ValueError):  # a type numpy does not read (int4, string): its bytes
+        values = np.frombuffer(raw, dtype=np.uint8)
+    return hashlib.sha256(np.sort(np.abs(values)).tobytes()).digest()

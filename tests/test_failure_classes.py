@@ -108,3 +108,20 @@ def test_verification_loads_only_what_an_artifact_declares(int8_embedding_pte):
         assert "Missing operator" in plain._stderr() and "libquantized_ops" not in _maps(plain.proc.pid)
     finally:
         plain.close()
+
+
+def test_the_size_report_flags_a_weight_the_converter_stored_twice(tmp_path, converted_digits):
+    """litert-torch lowers a PReLU after a Linear to two FULLY_CONNECTED ops, the second with the weight negated:
+    the same 36 KiB of values stored twice, which inspect and report say."""
+    proc = run_cli("convert", "tests.models:prelu_after_linear", "--input-shape", "x=1,1,8,8", "-t", "tflite",
+                   "--eval", DIGITS_EVAL, "-o", tmp_path, "--json", "--no-cache")
+    [a] = _artifacts(proc).values()
+    [dup] = a["verification"]["inspection"]["duplicated_constants"]
+    assert dup["bytes"] == 32 * 8 * 6 * 6 * 4 and any("fc" in t for t in dup["tensors"])
+    report = run_cli("report", a["path"], "--json")
+    assert report.returncode == 0, report.stderr
+    [entry] = json.loads(report.stdout)["artifacts"]
+    assert entry["duplicated_bytes"] >= dup["bytes"]
+    assert any("stored 2 times" in n for n in entry["notes"])
+    digits = run_cli("inspect", next(r.artifact.path for r in converted_digits[0].artifacts if r.target == "tflite"), "--json")
+    assert json.loads(digits.stdout)["artifacts"][0]["inspection"]["duplicated_constants"] == []

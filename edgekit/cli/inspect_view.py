@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgekit.features.report.render import short_name, size_text
-from edgekit.targets.inspection import shape_text
+from edgekit.targets.inspection import duplicate_text, shape_text
 
 TOP_OPS = 12
 TOP_TENSORS = 3
@@ -61,6 +61,8 @@ def _table(item) -> Table:
             for d, v in ins["delegated"].items())))
     rows.append(("runtime needs", "; ".join(f"{n['what']} (for {', '.join(n['ops'])})" for n in ins.get("runtime_needs", []))
                  or "nothing beyond the runtime a default app has"))
+    for d in ins.get("duplicated_constants", []):
+        rows.append(("duplicated", duplicate_text(d)))
     rows += _io_rows(ins)
     ops = list(ins["op_counts"].items())
     rows.append(("ops", ", ".join(f"{op} ×{n}" for op, n in ops[:TOP_OPS])

@@ -28,7 +28,7 @@ from edgekit.core.errors import BadInput, reading
 from edgekit.core.formats import NAME_PRECISIONS, artifact_files, detect, split_name
 from edgekit.core.quiet import captured
 from edgekit.targets import TARGETS
-from edgekit.targets.inspection import inspect_artifact, need_text, precision_from_inspection
+from edgekit.targets.inspection import duplicate_text, inspect_artifact, need_text, precision_from_inspection
 
 ARTIFACT_FORMATS = {t.format: t.extension for t in TARGETS.values()}  # in the targets' order
 SCAN_EXTENSIONS = frozenset(ARTIFACT_FORMATS.values())
@@ -60,6 +60,7 @@ class ArtifactSize:
     io_shapes: dict = field(default_factory=dict)  # the inspection's: {"inputs": [...], "outputs": [...]}
     runtime_needs: tuple[str, ...] = ()  # ids of what it needs beyond a default runtime (the inspection's)
     needed_modules: tuple[str, ...] = ()  # what a process running it imports for those needs
+    duplicated_bytes: int = 0  # constant bytes stored more than once (the inspection's)
 
     @property
     def bytes(self) -> int:
@@ -170,13 +171,13 @@ def _measure(path: Path, fmt: str) -> ArtifactSize:
             notes.append(f"named {named} but its weights look {inspected}")
     else:
         precision, source = inspected, "inspection"
-    notes += [need_text(n) for n in ins.needs]
+    notes += [need_text(n) for n in ins.needs] + [duplicate_text(d) for d in ins.duplicates]
     return ArtifactSize(
         path=str(path), format=fmt, precision=precision, precision_source=source, inspected_precision=inspected,
         stem=stem, files=files, parameters=parameter_count(ins.weight_bytes_by_dtype),
         weight_bytes_by_dtype=dict(ins.weight_bytes_by_dtype), int8_weight_share=ins.int8_weight_share,
         op_counts=dict(ins.op_counts), largest_tensors=tuple(ins.largest_tensors), notes=tuple(notes),
-        io_shapes=dict(ins.io_shapes), runtime_needs=tuple(n.id for n in ins.needs),
+        io_shapes=dict(ins.io_shapes), runtime_needs=tuple(n.id for n in ins.needs), duplicated_bytes=ins.duplicated_bytes,
         needed_modules=tuple(sorted({m for n in ins.needs for m in n.modules})),
     )
 

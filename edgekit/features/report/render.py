@@ -80,6 +80,7 @@ def artifact_json(a: ArtifactSize) -> dict:
         "largest_tensors": [{**t, "shape": list(t["shape"])} for t in a.largest_tensors],
         "io_shapes": {k: [dict(e) for e in v] for k, v in a.io_shapes.items()},
         "runtime_needs": list(a.runtime_needs),
+        "duplicated_bytes": a.duplicated_bytes,
         "notes": list(a.notes),
     }
 
