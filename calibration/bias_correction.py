@@ -91,10 +91,15 @@ def correct(converted, weights: dict, samples) -> None:
             return result
 
     count = 0
-    with torch.no_grad():
-        for args in islice(samples, MAX_SAMPLES):
-            Measure(converted).run(*args)
-            count += 1
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same sums however many threads the process has: a check with --jobs 2 agrees
+    try:
+        with torch.no_grad():
+            for args in islice(samples, MAX_SAMPLES):
+                Measure(converted).run(*args)
+                count += 1
+    finally:
+        torch.set_num_threads(threads)
     for node in converted.graph.nodes:
         attr = _source_attr(node.args[2]) if node.name in sums and len(node.args) > 2 else None
         bias = attrgetter(attr.target)(converted) if attr is not None else None

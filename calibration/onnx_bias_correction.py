@@ -63,6 +63,7 @@ def correct(quantized: Path, float_model: Path, feeds, work_dir: Path) -> None:
     onnx.save(measuring, str(path))
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the QDQ graph as written
+    options.intra_op_num_threads = options.inter_op_num_threads = 1  # the same sums with any number of cores
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     wanted = [name for node, float_out, _, _ in layers for name in (node.output[0], float_out)]
     sums, count = [0.0] * len(layers), 0

@@ -16,6 +16,8 @@ Entropy has no PT2E observer, so these backends refuse it (see METHODS).
 
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 import functools
 from typing import Any, Callable
@@ -103,6 +105,10 @@ def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, e
         return [torch.from_numpy(np.array(calibration.inputs[n][i], copy=True)) for n in input_names]
 
     correct_biases = correct_biases and calibration is not None
+    # The exported program's module() shares its parameters with the source model, and SmoothQuant and bias
+    # correction change weights and biases in place: on a copy, or the next target of the run would convert
+    # the changed model.
+    module = copy.deepcopy(module)
     if calibration is not None and isinstance(quantizer, EdgeQuantizer):
         smoothed = smooth_quant.smooth_pt2e(module, (sample(i) for i in range(len(calibration)))) if smooth else []
         quantizer.keep_float = mixed_scale_cats(module, [sample(i) for i in range(min(len(calibration), 8))]) | set(smoothed)

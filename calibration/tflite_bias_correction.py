@@ -48,7 +48,7 @@ def correct(quantized: bytes, float_model: bytes, samples, input_names) -> tuple
     if not layers:
         return quantized, 0
 
-    interp = Interpreter(model_content=bytes(quantized), experimental_preserve_all_tensors=True)
+    interp = Interpreter(model_content=bytes(quantized), experimental_preserve_all_tensors=True, num_threads=1)
     interp.allocate_tensors()
     details = interp.get_input_details()
     sums: dict[int, np.ndarray] = {}

@@ -119,7 +119,7 @@ def test_each_method_by_name(tmp_path, target, method):
     (r,) = result.artifacts
     assert r.verdict.status == "pass", r.verdict.reasons
     assert r.artifact.meta["calibration"] == {"source": str(DIGITS_CALIB), "samples": 200, "method": method}
-    assert r.artifact.meta["quantization"]["bias_correction"] is False
+    assert r.artifact.meta["quantization"]["bias_correction"] is True  # the default recipe, where the backend has it
 
 
 def test_a_method_the_backend_lacks_is_an_error_not_a_substitute(tmp_path):

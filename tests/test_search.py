@@ -213,11 +213,20 @@ def test_the_search_keeps_exactly_the_damaged_layer_back(tmp_path, target):
     assert artifact["verification"]["status"] == "pass" and artifact["verification"]["metrics"]["output_0"]["sqnr_db"] > 20
     assert search["int8_share"] >= 0.8
     if target == "onnx":  # int16 activations come first, and do not help a layer whose weights are the problem
-        assert [(s["layer"], s["precision"], s["accepted"]) for s in search["steps"][2:4]] == [
+        assert [(s["layer"], s["precision"], s["accepted"]) for s in search["steps"][1:3]] == [
             ("conv2", "int16", False), ("conv2", "float", True)]
-    # step 1: bias correction, undone: it cannot mend weights that round to zero
-    assert search["steps"][1]["change"] == "bias_correction" and not search["steps"][1]["accepted"]
+    # bias correction is part of the default recipe, on from full int8: no step of its own, and it stays on
+    assert artifact["quantization"]["bias_correction"] and "bias_correction" not in [s.get("change") for s in search["steps"]]
     assert "kept back: conv2 at float" in p.stderr
+
+
+@pytest.mark.slow
+def test_no_bias_correction_is_respected_by_the_search(tmp_path):
+    p, artifact = _convert(tmp_path, "--budget", "sqnr_db=20", "--no-bias-correction", target="executorch")
+    assert p.returncode == 0, p.stderr
+    search = artifact["search"]
+    assert "bias_correction" not in [s.get("change") for s in search["steps"]]
+    assert [k["layer"] for k in search["kept"]] == ["conv2"] and not artifact["quantization"]["bias_correction"]
 
 
 def test_the_digits_model_needs_no_step(tmp_path):
@@ -293,9 +302,9 @@ sqnr_db = 20
                     "--markdown", md, "--json")
     assert first.returncode == 0, first.stderr
     case = json.loads(first.stdout)["cases"][0]
-    # full int8, bias correction (undone: it cannot mend weights that round to zero), conv2 kept float
-    assert case["overrides"] == [{"layer": "conv2", "precision": "float"}] and case["search"]["conversions"] == 3
-    assert case["search"]["steps"][1]["change"] == "bias_correction" and not case["bias_correction"]
+    # full int8 (with bias correction, the default recipe), then conv2 kept float
+    assert case["overrides"] == [{"layer": "conv2", "precision": "float"}] and case["search"]["conversions"] == 2
+    assert case["search"]["steps"][1]["layer"] == "conv2" and case["bias_correction"]
     assert "kept back: conv2 at float" in junit.read_text()
     assert "| `conv2` | float |" in md.read_text()
     baseline = json.loads((tmp_path / "edgekit.baseline.json").read_text())
@@ -323,12 +332,14 @@ def test_a_keras_layer_kept_float_is_float_in_the_tflite(tmp_path):
     assert p.returncode == 2 and "no layer named 'conv9'" in p.stderr and "conv2" in p.stderr
 
 
-@pytest.mark.parametrize("flag, name", [("--bias-correction", "bias correction"), ("--smooth-quant", "SmoothQuant")])
-def test_a_pass_where_the_backend_has_none_exits_2(tmp_path, flag, name):
+@pytest.mark.parametrize("flag, name, target", [("--bias-correction", "bias correction", "ptl"),
+                                               ("--smooth-quant", "SmoothQuant", "tflite")])
+def test_a_pass_where_the_backend_has_none_exits_2(tmp_path, flag, name, target):
     from tests.conftest import KERAS, KERAS_CALIB
 
-    p = run_cli("convert", KERAS, "-t", "tflite", "--int8", flag, "--calib", KERAS_CALIB, "--out", tmp_path / "out")
-    assert p.returncode == 2 and f"the tflite backend has no {name}" in p.stderr, p.stderr
+    source = (KERAS, KERAS_CALIB) if target == "tflite" else (DIGITS, DIGITS_CALIB)
+    p = run_cli("convert", source[0], "-t", target, "--int8", flag, "--calib", source[1], "--out", tmp_path / "out")
+    assert p.returncode == 2 and f"the {target} backend has no {name}" in p.stderr, p.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

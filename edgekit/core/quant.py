@@ -20,6 +20,8 @@ from edgekit.core.errors import BadInput
 # Whole-model passes (QuantSpec flags that converters declare they have), in the order the search and
 # `auto` try them, with their names.
 PASSES = {"smooth_quant": "SmoothQuant", "bias_correction": "bias correction"}
+PASS_TARGETS = {"smooth_quant": "tflite from torch sources, executorch, onnx and ort",
+                "bias_correction": "tflite, executorch, onnx and ort"}  # for messages: who has each pass
 FALLBACKS = ("int16", "float")  # what a layer kept back from int8 becomes, the cheaper first
 GRANULARITIES = ("per_channel", "per_tensor")
 
@@ -100,8 +102,7 @@ def check_expressible(spec: QuantSpec, converter, target: str) -> None:
     for name, label in PASSES.items():
         if getattr(spec, name) and not getattr(converter, name):
             raise BadInput(f"the {target} backend has no {label}",
-                           fix=f"drop --{name.replace('_', '-')} for this target (tflite from torch sources, "
-                               "executorch and onnx have it)")
+                           fix=f"drop --{name.replace('_', '-')} for this target ({PASS_TARGETS[name]} have it)")
     if spec.granularity not in converter.granularities:
         raise BadInput(f"the {target} backend has no {spec.granularity.replace('_', '-')} weight quantization",
                        fix=f"use {' or '.join(g.replace('_', '-') for g in converter.granularities)}")

@@ -66,7 +66,8 @@ class TargetJob:
                 if self.req.calib_method == AUTO:
                     artifact, spec, calibration = self._auto(target, route, step, tmp)
                 else:
-                    artifact, spec, calibration = None, self.req.spec(self.req.calib_method), {"method": self.req.calib_method}
+                    artifact, spec, calibration = (None, self.req.spec(self.req.calib_method, step.converter),
+                                                   {"method": self.req.calib_method})
                 search = None
                 if self.req.budgets:
                     artifact, spec, search = self._search(target, route, step, tmp, spec, artifact)
@@ -133,7 +134,9 @@ class TargetJob:
     def _passes(self, converter) -> tuple[str, ...]:
         """The whole-model passes (edgekit.core.quant.PASSES) worth trying for this model on this backend:
         those the converter has, SmoothQuant only where the model has linears reading a normalization."""
-        return tuple(p for p in PASSES if getattr(converter, p) and (p != "smooth_quant" or self._smoothable))
+        refused = {"bias_correction"} if self.req.bias_correction is False else set()  # --no-bias-correction
+        return tuple(p for p in PASSES if getattr(converter, p) and p not in refused
+                     and (p != "smooth_quant" or self._smoothable))
 
     @cached_property
     def _smoothable(self) -> bool:

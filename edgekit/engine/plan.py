@@ -33,7 +33,7 @@ class ConvertRequest:
     calib_method: str = "minmax"
     int8_io: bool = False
     granularity: str = "per_channel"
-    bias_correction: bool = False
+    bias_correction: bool | None = None  # None: wherever the route's int8 backend has it (the default recipe)
     smooth_quant: bool = False
     overrides: tuple[LayerOverride, ...] = ()  # layers kept back from int8 (edgekit.core.quant)
     budgets: tuple = ()  # edgekit.engine.search.Budget: search for the fewest layers to keep back until they hold
@@ -41,11 +41,12 @@ class ConvertRequest:
     max_steps: int = 8
     output_kinds: dict = field(default_factory=dict)  # output name → edgekit.core.verify.KINDS key (--output-kind)
 
-    def spec(self, method: str) -> QuantSpec:
-        """The quantization spec of this request with the calibration method `method`."""
+    def spec(self, method: str, converter=None) -> QuantSpec:
+        """The quantization spec of this request with the calibration method `method`, for the int8
+        `converter` of a route: bias correction, unless the request says otherwise, where it has it."""
+        bias = self.bias_correction if self.bias_correction is not None else bool(getattr(converter, "bias_correction", False))
         return QuantSpec(self.precision, method, granularity=self.granularity, int8_io=self.int8_io,
-                         bias_correction=self.bias_correction, smooth_quant=self.smooth_quant,
-                         overrides=self.overrides)
+                         bias_correction=bias, smooth_quant=self.smooth_quant, overrides=self.overrides)
 
     def __post_init__(self):
         if not self.targets:

@@ -30,7 +30,7 @@ class ModelCheck:
     eval: str | None = None
     input_shape: tuple[str, ...] = ()
     calib_method: str = "minmax"
-    bias_correction: bool = False  # int8: correct biases after calibration (tflite, executorch, onnx, ort)
+    bias_correction: bool | None = None  # int8: correct biases after calibration; None: wherever the backend has it
     smooth_quant: bool = False  # int8: SmoothQuant before calibration (the same targets)
     budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
     artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
@@ -133,15 +133,15 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         name=name, path=rel("path"), targets=strings("targets", []),
         precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
         input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
-        bias_correction=_flag(m, "bias_correction", where), smooth_quant=_flag(m, "smooth_quant", where),
+        bias_correction=_flag(m, "bias_correction", where, None), smooth_quant=_flag(m, "smooth_quant", where),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
         search=_search(m.get("search"), where, "int8" in precisions), output_kinds=_output_kinds(m, where),
     )
 
 
-def _flag(m: dict, key: str, where: str) -> bool:
-    value = m.get(key, False)
-    if not isinstance(value, bool):
+def _flag(m: dict, key: str, where: str, default: bool | None = False) -> bool | None:
+    value = m.get(key, default)
+    if value is not default and not isinstance(value, bool):
         raise BadInput(f"{where}.{key}: {value!r} is not true or false", fix=f"write {key} = true")
     return value
 

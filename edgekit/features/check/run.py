@@ -119,7 +119,7 @@ def request(m: ModelCheck, precision: str, options: Options, targets=None, seed=
         source_options=m.source_options(options.trust),
         calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == "int8" else None,
         calib_method=m.calib_method,
-        **{p: precision == "int8" and (getattr(m, p) or bool(seed and seed[p])) for p in PASSES},
+        **{p: _whole_model_pass(getattr(m, p), bool(seed and seed[p]), precision) for p in PASSES},
         overrides=tuple(LayerOverride(o["layer"], o["precision"]) for o in (seed or {}).get("overrides", ())),
         **({"budgets": parse_budgets({k: v for k, v in m.budget(precision).items() if k in _OUTPUT_METRICS}),
             **m.search} if searching else {}),
@@ -158,6 +158,14 @@ def _precision_index(m: ModelCheck, precision: str) -> int:
 
 _OUTPUT_METRICS = {k for k in HIGHER_IS_BETTER if k not in ("int8_weight_share", "int8_compute_share",
                                                              "int8_heavy_op_share")}
+
+
+def _whole_model_pass(asked: bool | None, seeded: bool, precision: str) -> bool | None:
+    """A whole-model pass (edgekit.core.quant.PASSES) of a case: on where the baseline's search kept it, else as
+    the config asks (None: the default recipe, bias correction wherever the backend has it); int8 only."""
+    if precision != "int8":
+        return False
+    return True if seeded else asked
 
 
 def _metric_limits(budget: dict) -> dict:
