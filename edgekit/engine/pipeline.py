@@ -210,7 +210,7 @@ def _verify_given(p, fmt: str, files, inspection: dict, source: Source, samples,
     artifact = ModelArtifact(fmt, str(p), source.artifact.signature, files=files, meta={"route": ["given"], "seconds": 0.0})
     say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
     try:
-        outputs, _ = run_isolated(artifact, samples.inputs)
+        outputs, _ = run_isolated(artifact, samples.inputs, inspection=inspection)
     except ConversionFailed as e:  # nothing was converted: the file given is what cannot be run
         raise BadInput(f"{p}: {e.message}", fix="the file is damaged or not a valid artifact; "
                                                "give the file as the converter wrote it") from None

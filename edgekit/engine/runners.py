@@ -25,17 +25,18 @@ from edgekit.targets.inspection import inspect_artifact
 
 
 def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, timeout: float = 900,
-                 inspect: bool = False) -> tuple[list[np.ndarray], dict | None]:
+                 inspect: bool = False, inspection: dict | None = None) -> tuple[list[np.ndarray], dict | None]:
     """Run `artifact` on stacked `inputs` (leading sample axis) in its runtime's worker process.
 
     Returns one stacked array per output and, with `inspect`, the artifact's inspection (see
-    edgekit.targets.inspection) as JSON, made in this process. A crash or error in the runtime
-    becomes a ConversionFailed naming the runtime and quoting its last words; the worker is started
-    again for the next artifact.
+    edgekit.targets.inspection) as JSON: `inspection` when given, else made in this process. Its runtime
+    needs decide the worker: the format's runtime plus only the libraries the artifact declares. A crash
+    or error in the runtime becomes a ConversionFailed naming the runtime and quoting its last words; the
+    worker is started again for the next artifact.
     """
     require(by_format(artifact.format).extra, f"running a .{artifact.format} artifact")
-    found = _inspection(artifact)
-    needed = tuple(sorted({m for need in found.needs for m in need.modules}))
+    found = inspection if inspection is not None else _inspection(artifact)
+    needed = tuple(sorted({m for need in (found or {}).get("runtime_needs", ()) for m in need["modules"]}))
     with _job_dir() as tmp:
         sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz"))
         _write_job(artifact.signature, inputs, sig_path, in_path)
@@ -43,20 +44,27 @@ def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, time
                                               "outputs": out_path, "tmp": tmp}, artifact.path, timeout)
         with np.load(out_path) as data:
             outputs = [data[f"output_{j}"] for j in range(len(data.files))]
-    return outputs, found.to_json() if inspect else None
+    if inspect and found is None:  # the runtime ran a file its reader could not read: the reader's error
+        with captured():
+            found = inspect_artifact(artifact.format, str(artifact.path)).to_json()
+    return outputs, found if inspect else None
 
 
-_INSPECTED: dict[tuple, object] = {}
+_INSPECTED: dict[tuple, dict] = {}
 
 
-def _inspection(artifact: ModelArtifact):
-    """The artifact's inspection (made in this process, kept while the file is unchanged): what it needs
-    from its runtime decides the worker that runs it."""
+def _inspection(artifact: ModelArtifact) -> dict | None:
+    """The inspection (as JSON) of an artifact edgekit built, made in this process and kept while the file is
+    unchanged: what it needs from its runtime decides the worker that runs it. A given file, which may be
+    damaged, is inspected in a child first (`inspect_isolated`) and its inspection passed to run_isolated."""
     st = os.stat(artifact.path)
     key = (str(artifact.path), st.st_mtime_ns, st.st_size)
     if key not in _INSPECTED:
-        with captured():
-            _INSPECTED[key] = inspect_artifact(artifact.format, str(artifact.path))
+        try:
+            with captured():
+                _INSPECTED[key] = inspect_artifact(artifact.format, str(artifact.path)).to_json()
+        except Exception:  # noqa: BLE001 - a file its reader cannot read declares nothing: the runtime says what is wrong
+            return None
     return _INSPECTED[key]
 
 

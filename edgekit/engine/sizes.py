@@ -121,7 +121,7 @@ def verify_second_size(source: Source, artifact: ModelArtifact, verdict: Verdict
                         "sizes": [d.size, s]} for d, s in ordered],
               "shapes": shapes, "runs": len(next(iter(inputs.values()))), "reference": how}
     try:
-        outputs, _ = run_isolated(artifact, inputs)
+        outputs, _ = run_isolated(artifact, inputs, inspection=verdict.inspection)
     except ConversionFailed as e:
         reason = f"at the second size ({where}) the artifact does not run: {e.message}"
         return replace(verdict, status="fail", reasons=verdict.reasons + (reason,), notes=verdict.notes + tuple(notes),
