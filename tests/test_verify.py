@@ -122,11 +122,14 @@ def test_each_output_is_judged_by_the_metrics_that_fit_its_kind():
     steps = np.exp(rng.standard_normal((40, 1, 6, 5)))
     steps /= steps.sum(-1, keepdims=True)
     image_map = rng.random((40, 1, 1, 8, 8))
-    ref = [probs, boxes, embedding, steps, image_map, logits]
-    verdict = compare(ref, [probs, noisy_boxes, embedding, steps, image_map, logits], THRESHOLDS["int8"])
+    speech = rng.random((40, 1, 1))  # a voice-activity probability: a sign flip of a tiny value is not drift
+    noisy_speech = speech + rng.standard_normal(speech.shape) * 0.01
+    ref = [probs, boxes, embedding, steps, image_map, logits, speech]
+    verdict = compare(ref, [probs, noisy_boxes, embedding, steps, image_map, logits, noisy_speech], THRESHOLDS["int8"])
     kinds = {k: v["kind"] for k, v in verdict.kinds.items()}
     assert kinds == {"output_0": "scores", "output_1": "regression", "output_2": "embedding", "output_3": "sequence",
-                     "output_4": "map", "output_5": "scores"}
+                     "output_4": "map", "output_5": "scores", "output_6": "score"}
+    assert "cosine" not in verdict.metrics["output_6"] and verdict.metrics["output_6"]["max_abs"] < 0.05
     assert verdict.kinds["output_0"]["basis"].startswith("its values")  # probabilities: read, not guessed
     assert verdict.kinds["output_1"]["basis"].startswith("guessed") and "--output-kind" in verdict.kinds["output_1"]["basis"]
     m = verdict.metrics

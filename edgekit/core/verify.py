@@ -141,7 +141,8 @@ def step_top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
 KINDS = {
     "scores": "class scores (logits or probabilities): top-1 agreement",
     "embedding": "an embedding vector: cosine per sample",
-    "regression": "a few values per sample (boxes, landmarks, a score): cosine and errors over all samples",
+    "regression": "a few values per sample (boxes, landmarks): cosine and errors over all samples",
+    "score": "one value per sample (a probability, a score): errors and SQNR; a cosine of one value is its sign",
     "map": "a map over positions (segmentation, a detection grid, features): cosine per channel",
     "sequence": "class scores per step (a CTC text recogniser, token classes): top-1 agreement per step",
 }
@@ -151,6 +152,7 @@ NOT_FITTING = {
     "regression": {"top1_agreement", "cosine_min", "channel_cosine", "channel_cosine_min", "step_top1_agreement"},
     "map": {"top1_agreement", "step_top1_agreement"},
     "sequence": {"top1_agreement", "channel_cosine", "channel_cosine_min"},
+    "score": {"cosine", "cosine_min", "top1_agreement", "channel_cosine", "channel_cosine_min", "step_top1_agreement"},
 }
 MANY_CLASSES = 10  # a vector of this many values or more that is neither probabilities nor unit-norm: logits
 
@@ -178,6 +180,8 @@ def output_kind(ref: np.ndarray) -> OutputKind:
     if len(shape) >= 2:
         return OutputKind("map", f"guessed from its shape {'×'.join(map(str, shape))} (values over positions); {fix}")
     classes = shape[0] if shape else 1
+    if classes == 1:
+        return OutputKind("score", "its shape: one value per sample")
     rows = values.reshape(len(values), -1)
     if classes >= 2 and _distributions(rows):
         return OutputKind("scores", "its values: every sample's scores sum to 1")
@@ -185,8 +189,7 @@ def output_kind(ref: np.ndarray) -> OutputKind:
         return OutputKind("embedding", "its values: every sample has unit L2 norm")
     if classes >= MANY_CLASSES:
         return OutputKind("scores", f"guessed from its shape ({classes} values per sample, taken for logits); {fix}")
-    return OutputKind("regression", f"guessed from its shape ({classes} value{'s' if classes > 1 else ''} per "
-                                    f"sample, not probabilities); {fix}")
+    return OutputKind("regression", f"guessed from its shape ({classes} values per sample, not probabilities); {fix}")
 
 
 def _distributions(rows: np.ndarray) -> bool:
