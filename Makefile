@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.edgekit-installed
 
-.PHONY: setup browser demo test test-fast bench bench-int8 bench-int8-search samples clean fuzz wheel-check
+.PHONY: setup browser demo test test-fast bench bench-int8 bench-int8-search bench-zoo samples clean fuzz wheel-check
 
 setup: $(STAMP)
 
@@ -58,6 +58,11 @@ bench: setup
 # int8 on real pretrained models (pip packages of sample_models/requirements.txt) against the raw library calls.
 bench-int8: setup
 	$(BIN)/python bench/bench_int8_real.py
+
+# The twelve models of sample_models/zoo.py × every target edgekit reaches: edgekit's default int8 against the raw
+# library calls (and NNCF when it is importable), one table.
+bench-zoo: setup
+	$(BIN)/python bench/bench_zoo.py
 
 bench-int8-search: setup
 	$(BIN)/python bench/bench_int8_search.py

@@ -1,0 +1,557 @@
+"""Benchmark: edgekit's default int8 against the raw library calls (and NNCF) on the whole model zoo.
+
+    .venv/bin/python bench/bench_zoo.py [--models a,b] [--targets x,y] [--work DIR] [--skip-raw]
+                                        [--json PATH [--merge]] [--md PATH] [--nncf-path DIR]
+
+For every model of sample_models/zoo.py (12 real pretrained models, each with its calibration and disjoint
+eval samples) and every target edgekit reaches from the model's source framework
+
+    torch (.pt2)   tflite, executorch, onnx, ort
+    keras (.keras) tflite, onnx, ort
+    onnx (.onnx)   onnx, ort
+
+it measures, on the same calibration samples and verified alike by edgekit's own verifier on the eval samples:
+
+  edgekit  `edgekit convert SRC -t TARGET --eval EVAL --json --no-cache` as a subprocess
+           (bench_int8_real.edgekit_convert), once at fp32 and once with edgekit's default int8: only
+           `--int8 --calib CALIB`, plus `--input-shape` when the zoo gives one. --no-cache: every row is a
+           real conversion, so its seconds are too, and edgekit's shared artifact cache is left alone.
+           An .onnx source at fp32 → onnx without --input-shape has nothing to convert (edgekit refuses):
+           its fp32 parity is "-" and its size ratio is taken over the source file.
+  raw      what a hand-written script would call:
+             torch → tflite      litert-torch PT2E, per-channel symmetric (bench_int8_real.raw_tflite)
+             torch → executorch  XNNPACKQuantizer + XnnpackPartitioner (bench_int8_real.raw_executorch)
+             torch → onnx        onnxruntime quant_pre_process + quantize_static, QDQ, MinMax, per-channel,
+                                 on the fp32 .onnx edgekit exported (bench_int8_real.raw_onnx: the raw call is
+                                 the quantizer, not the exporter)
+             keras → tflite      tf.lite.TFLiteConverter.from_keras_model + Optimize.DEFAULT +
+                                 representative_dataset + TFLITE_BUILTINS_INT8 (float I/O, as edgekit's default)
+             keras → onnx        model.export(SavedModel) → `python -m tf2onnx.convert --saved-model`
+                                 (its default opset) → quant_pre_process + quantize_static as above
+             onnx → onnx         quant_pre_process + quantize_static on the source; when quant_pre_process
+                                 refuses the dynamic input, again with the shape fixed by
+                                 onnxruntime.tools.onnx_model_utils (bench_int8_real.raw_onnx)
+             … → ort             the int8 .onnx of the row above, then onnxruntime's
+                                 convert_onnx_models_to_ort with the Fixed optimization style (the tool's
+                                 defaults otherwise: level all, no target platform)
+           The raw and nncf .onnx quantizers get each calibration sample with a batch axis put before it, except
+           a sample that already has the rank of the model input (Silero's 2×1×128 state; FedAsIs).
+           Each raw artifact is verified by edgekit.engine.pipeline.verify_artifacts
+           (bench_int8_real.verify). A raw call that raises is a row "fails: <first line>".
+  nncf     only when nncf is importable (it is not an edgekit dependency; see bench/bench_nncf.py for how
+           to install it apart; --nncf-path, default /tmp/nncf-pkgs, is appended to sys.path when that
+           folder exists): nncf.quantize with its defaults on edgekit's fp32 .onnx, or on the source .onnx
+           (target onnx), and nncf's quantize_pt2e + XNNPACKQuantizer (target executorch, torch sources),
+           the calls of bench/bench_nncf.py. NNCF has no tflite or ort route: no rows there.
+
+Every raw / nncf call runs in a child process (this script with --one), so a crash or a hang (timeout
+--call-timeout, default 1800 s) is a row, not the end of the run; its libraries' output goes to
+WORK/bench-zoo/calls.log.
+
+Columns
+  converts?      yes, or the first line of the failure (edgekit: its `edgekit: error:` line; raw: the
+                 exception; "verify fails: …" when the artifact was made but edgekit could not run it)
+  verdict        edgekit's pass / fail against its int8 thresholds (cosine ≥ 0.99, cosine_min ≥ 0.95,
+                 int8 weight and conv/matmul share ≥ 0.5); the reasons are in the JSON
+  fp32 cos       edgekit side only: mean per-sample cosine of edgekit's fp32 artifact against the source
+  int8 cos       mean per-sample cosine of the int8 artifact against the source, the worst output of the
+                 model (multi-output models: MTCNN box / prob / landmarks, Silero probability / state)
+  int8 cos min   the worst sample's cosine, the lowest over the outputs edgekit reports it for: edgekit judges
+                 each output by its kind (scores, embedding, regression, map, sequence; in the JSON as "kinds")
+                 and leaves cosine_min out for a regression such as MTCNN's 4 box offsets, so this can
+                 exceed int8 cos when the worst output is a regression
+  metric, task   the zoo model's own metric (ZooModel.metric): top1 = arg-max agreement of output 0
+                 (classifiers); cos = the int8 cos column (embedding, detectors, text map); max_abs = largest
+                 absolute difference of the speech probability (Silero VAD, lower is better); for the OCR
+                 recogniser ctc = share of eval lines whose greedy CTC decoding (zoo.ctc_decode) is the same
+                 string as the source model's, the artifact and the source both run here in onnxruntime
+                 (the per-step arg-max agreement is in the notes and the JSON)
+  w-int8         share of the artifact's weight bytes stored as int8 (edgekit's inspection)
+  int8/fp32      int8 artifact bytes over edgekit's fp32 artifact bytes for the same target
+  conv s         conversion seconds: edgekit's own report (fp32 export included for an onnx/ort target from
+                 torch or keras), the raw / nncf calls alone (the raw keras → onnx/ort rows include tf2onnx;
+                 the raw torch → onnx/ort rows do not include edgekit's fp32 export)
+  wall s         edgekit: its whole subprocess (start-up, conversion, verification); raw / nncf: the calls and
+                 the verification, in the child process (start-up excluded)
+Below the table, notes give what a cell cannot hold: whole failure lines, why a verdict is fail, notes of the raw
+calls. The machine may be shared: seconds are indicative. Models are built (or reused) in --work. With --merge,
+the rows of --json PATH (an earlier run) are kept for the model × target cells this run does not measure again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str, path: Path):
+    """A module from a file, as bench_nncf.py loads bench_int8_real.py; registered in sys.modules first, since
+    zoo.py's dataclasses look their module up there."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bir = _load("bench_int8_real", REPO / "bench" / "bench_int8_real.py")  # edgekit_convert, raw_*, verify, first_line
+bnn = _load("bench_nncf", REPO / "bench" / "bench_nncf.py")            # nncf_onnx, nncf_pte, nncf_side
+zoo = _load("zoo", REPO / "sample_models" / "zoo.py")                  # ZOO, load, ctc_charset, ctc_decode
+
+TARGETS = {"torch": ("tflite", "executorch", "onnx", "ort"), "keras": ("tflite", "onnx", "ort"), "onnx": ("onnx", "ort")}
+ALL_TARGETS = ("tflite", "executorch", "onnx", "ort")  # also the order a model's targets run in: onnx before ort
+EXT = {**bir.EXT, "ort": "ort"}
+METRIC_LABEL = {"top1_agreement": "top1", "cosine": "cos", "max_abs": "max_abs↓", "ctc": "ctc"}
+
+
+# ----------------------------------------------------------------------------- raw calls beyond bench_int8_real
+def onnx_to_ort(onnx_path: Path, out: Path) -> None:
+    """onnxruntime's own ORT-format tool, as `python -m onnxruntime.tools.convert_onnx_models_to_ort
+    --optimization_style Fixed MODEL` runs it; the .ort is moved to `out`."""
+    from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
+
+    with tempfile.TemporaryDirectory() as tmp:
+        convert_onnx_models_to_ort(Path(onnx_path), output_dir=Path(tmp), optimization_styles=[OptimizationStyle.Fixed])
+        made = list(Path(tmp).glob("*.ort"))
+        if len(made) != 1:
+            raise RuntimeError(f"convert_onnx_models_to_ort wrote {len(made)} .ort files")
+        shutil.move(str(made[0]), out)
+
+
+def then_ort(quantize_onnx):
+    """The raw → ort call: `quantize_onnx`'s int8 .onnx (written beside the .ort), then onnx_to_ort."""
+    def call(m, calib, out, fp32_onnx):
+        qdq = out.with_suffix(".onnx")
+        note = quantize_onnx(m, calib, qdq, fp32_onnx)
+        onnx_to_ort(qdq, out)
+        return note
+    return call
+
+
+def _keras_model(m):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+
+    return keras.saving.load_model(str(m.source), compile=False)
+
+
+def raw_keras_tflite(m, calib, out, fp32_onnx):
+    import tensorflow as tf
+
+    model = _keras_model(m)
+    names = [t.name for t in model.inputs]
+    keys = names if set(names) <= set(calib) else list(calib)
+    n = len(calib[keys[0]])
+    converter = tf.lite.TFLiteConverter.from_keras_model(model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: ([calib[k][i][None].copy() for k in keys] for i in range(n))
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    out.write_bytes(converter.convert())
+
+
+def tf2onnx_export(m, folder: Path) -> Path:
+    """The Keras model exported as a SavedModel (Keras' defaults), then tf2onnx's command line on it."""
+    model = _keras_model(m)
+    saved, onnx_path = folder / "saved_model", folder / f"{m.name}.tf2onnx.onnx"
+    shutil.rmtree(saved, ignore_errors=True)
+    model.export(str(saved), verbose=False)
+    p = subprocess.run([sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(saved), "--output", str(onnx_path)],
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    print(p.stdout + p.stderr)  # into the call's log
+    if p.returncode != 0:
+        errors = [ln for ln in p.stderr.splitlines() if "rror" in ln] or p.stderr.splitlines() or ["no output"]
+        raise RuntimeError(f"tf2onnx exit {p.returncode}: {errors[-1].strip()}")
+    return onnx_path
+
+
+def raw_keras_onnx(m, calib, out, fp32_onnx):
+    return bir.raw_onnx(m, calib, out, str(tf2onnx_export(m, out.parent)))
+
+
+RAW = {("torch", "tflite"): bir.raw_tflite, ("torch", "executorch"): bir.raw_executorch,
+       ("torch", "onnx"): bir.raw_onnx, ("torch", "ort"): then_ort(bir.raw_onnx),
+       ("keras", "tflite"): raw_keras_tflite, ("keras", "onnx"): raw_keras_onnx, ("keras", "ort"): then_ort(raw_keras_onnx),
+       ("onnx", "onnx"): bir.raw_onnx, ("onnx", "ort"): then_ort(bir.raw_onnx)}
+NNCF = {("torch", "onnx"): bnn.nncf_onnx, ("keras", "onnx"): bnn.nncf_onnx, ("onnx", "onnx"): bnn.nncf_onnx,
+        ("torch", "executorch"): bnn.nncf_pte}
+
+
+class FedAsIs:
+    """calib[k] for an input whose samples already have the model input's rank (Silero's state: 2×1×128 per
+    sample, the model's batch axis being its axis 1). bench_int8_real.raw_onnx and bench_nncf.nncf_onnx feed
+    `calib[k][i][None]`, a batch axis put before every sample; through this, `[i][None]` is the sample as is."""
+
+    def __init__(self, samples: np.ndarray, i: int | None = None):
+        self.samples, self.i = samples, i
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        if self.i is None:
+            return FedAsIs(self.samples, index)
+        return self.samples[self.i] if index is None else self.samples[self.i][index]
+
+
+def fed_by_rank(calib: dict, onnx_path: str | None) -> dict:
+    """`calib` with FedAsIs around the arrays whose samples already have the rank of the .onnx input they feed."""
+    if not onnx_path or not Path(onnx_path).is_file():
+        return calib
+    import onnx
+
+    graph = onnx.load(onnx_path, load_external_data=False).graph
+    ranks = {i.name: len(i.type.tensor_type.shape.dim) for i in graph.input}
+    return {k: FedAsIs(v) if ranks.get(k) == v.ndim - 1 else v for k, v in calib.items()}
+
+
+def describe(e: BaseException, always_where: bool = False) -> str:
+    """bench_int8_real.first_line, with where it was raised when the exception says nothing (a bare assert)
+    or `always_where`: the innermost frame, as package folder/file:line."""
+    text = bir.first_line(e)
+    frames = traceback.extract_tb(e.__traceback__)
+    if frames and (always_where or not str(e).strip()):
+        text += f" (raised at {'/'.join(Path(frames[-1].filename).parts[-2:])}:{frames[-1].lineno})"
+    return text
+
+
+def nncf_status(path: Path) -> str | None:
+    """nncf's version when importable (after appending `path` to sys.path if it is a folder), else None."""
+    if path.is_dir() and str(path) not in sys.path:
+        sys.path.append(str(path))  # appended: the venv's numpy, torch, onnx... stay first
+    try:
+        import nncf
+    except Exception:  # noqa: BLE001 — ImportError, or a broken install: both mean no NNCF rows
+        return None
+    return nncf.__version__
+
+
+# ----------------------------------------------------------------------------- one raw / nncf call, in a child
+def one_call(args) -> int:
+    """Child mode (--one SIDE): run one raw or nncf call with bench_nncf.nncf_side (the call under edgekit's
+    output capture, timed, then bench_int8_real.verify) and write its row to --row-out. When the call raises,
+    the exceptions it was raised from (first lines) go into the row's note and the traceback into the log.
+    The calibration samples are fed by the rank of the .onnx input when it is known (fed_by_rank)."""
+    m = zoo.load(args.models, args.work)
+    key = (m.framework, args.targets)
+    if args.one == "nncf":
+        nncf_status(args.nncf_path)
+    call, causes, tracebacks = (RAW if args.one == "raw" else NNCF)[key], [], []
+
+    def traced(m, calib, out, fp32_onnx):
+        try:
+            return call(m, fed_by_rank(calib, fp32_onnx), out, fp32_onnx)
+        except Exception as e:
+            tracebacks.append("".join(traceback.format_exception(e)))
+            causes.append(describe(e, always_where=True))
+            inner = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+            while inner is not None:
+                causes.append(describe(inner))
+                inner = inner.__cause__ or (None if inner.__suppress_context__ else inner.__context__)
+            raise
+
+    out = Path(args.row_out).parent / f"{m.name}.int8.{EXT[args.targets]}"
+    fp32_onnx = args.fp32_onnx or (str(m.source) if m.framework == "onnx" else None)
+    with contextlib.chdir(out.parent):  # the verifier's and the libraries' stray files land in this folder
+        row = bnn.nncf_side(m, f"{args.one} {args.targets}", traced, fp32_onnx, out)
+    if causes:  # the exception where it was raised, then the ones it was raised from
+        row["note"] = "; ".join(filter(None, [row["note"], " ← ".join(causes)]))
+    Path(args.row_out).write_text(json.dumps(row))
+    Path(args.row_out).with_suffix(".log").write_text("\n".join(bnn.LOG + tracebacks))
+    return 0
+
+
+def call_in_child(side: str, m, target: str, fp32_onnx: str | None, folder: Path, args) -> dict:
+    """Run `--one side` for (m, target) in a child process; a crash or a timeout is a failed row."""
+    folder.mkdir(parents=True, exist_ok=True)
+    row_out = folder / "row.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", side, "--models", m.name, "--targets", target,
+           "--work", str(args.work), "--row-out", str(row_out), "--nncf-path", str(args.nncf_path)]
+    if fp32_onnx:
+        cmd += ["--fp32-onnx", fp32_onnx]
+    started = time.perf_counter()
+    with open(folder / "child.log", "w") as log:
+        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)  # its own process group: a timeout ends its children too
+        try:
+            code = child.wait(timeout=args.call_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+            code = None
+    wall = time.perf_counter() - started
+    if row_out.is_file():
+        CALL_LOG.append(row_out.with_suffix(".log").read_text())
+        return json.loads(row_out.read_text())
+    tail = (folder / "child.log").read_text(errors="replace").strip().splitlines()
+    why = f"timed out after {args.call_timeout:.0f} s" if code is None else f"child exit {code}: {tail[-1] if tail else ''}"
+    CALL_LOG.append(f"==== {side} {m.name} {target}\n" + "\n".join(tail[-60:]))
+    return {"exit": code, "error": f"fails: {why}", "note": None, "artifact": None, "conv_s": None, "wall_s": wall}
+
+
+CALL_LOG: list[str] = []
+
+
+# ----------------------------------------------------------------------------- the OCR recogniser's own metric
+_CTC_REF: dict[str, tuple] = {}
+
+
+def ctc_agreement(m, artifact: str) -> tuple[float, float] | None:
+    """(share of eval lines whose greedy CTC string equals the source's, per-step arg-max agreement), the
+    source .onnx and the int8 .onnx / .ort both run in onnxruntime (CPU), one sample at a time."""
+    import onnxruntime as ort
+
+    def run(path) -> np.ndarray:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        return np.concatenate([session.run(None, {name: x[i:i + 1]})[0] for i in range(len(x))])
+
+    x = next(iter(np.load(m.eval).values()))
+    if m.name not in _CTC_REF:
+        charset = zoo.ctc_charset(m.source)
+        ref = run(m.source)
+        _CTC_REF[m.name] = charset, ref, [zoo.ctc_decode(r, charset) for r in ref]
+    charset, ref, texts = _CTC_REF[m.name]
+    try:
+        out = run(artifact).reshape(ref.shape)
+    except Exception as e:  # noqa: BLE001
+        print(f"  (ctc: cannot run {artifact}: {bir.first_line(e)})", flush=True)
+        return None
+    same = np.mean([zoo.ctc_decode(o, charset) == t for o, t in zip(out, texts)])
+    return float(same), float(np.mean(ref.argmax(-1) == out.argmax(-1)))
+
+
+# ----------------------------------------------------------------------------- a row of the table
+def _worst(metrics: dict, key: str) -> tuple[float | None, str | None]:
+    """(the lowest value of `key` over the outputs, that output's name)."""
+    values = [(v[key], name) for name, v in metrics.items() if v.get(key) is not None]
+    return min(values) if values else (None, None)
+
+
+def summarize(m, target: str, side: str, row: dict, fp32: dict | None, fp32_bytes: int | None) -> dict:
+    a = row.get("artifact") or {}
+    v = a.get("verification") or {}
+    metrics = v.get("metrics") or {}
+    cosine, worst_output = _worst(metrics, "cosine")
+    fp32_metrics = ((((fp32 or {}).get("artifact") or {}).get("verification") or {}).get("metrics") or {})
+    error = row.get("error")
+    if error and error.startswith("no JSON artifact: "):  # edgekit: its one `edgekit: error:` line
+        error = "fails: " + error.removeprefix("no JSON artifact: ")
+    converts = "yes" if a else (error or f"fails: exit {row.get('exit')}").replace(f"{m.source.parent}/bench-zoo/", "")
+    r = {
+        "model": m.name, "framework": m.framework, "target": target, "side": side, "converts": converts,
+        "verdict": v.get("status"), "fp32_cosine": _worst(fp32_metrics, "cosine")[0] if side == "edgekit" else None,
+        "fp32_error": None, "cosine": cosine, "cosine_min": _worst(metrics, "cosine_min")[0],
+        "worst_output": worst_output, "kinds": {k: o.get("kind") for k, o in (v.get("outputs") or {}).items()},
+        "metric": m.metric, "task": None,
+        "int8_weight_share": (v.get("inspection") or {}).get("int8_weight_share"),
+        "bytes": a.get("bytes"), "fp32_bytes": fp32_bytes,
+        "size_ratio": a["bytes"] / fp32_bytes if a.get("bytes") and fp32_bytes else None,
+        "conv_s": a.get("seconds") if side == "edgekit" else row.get("conv_s"), "wall_s": row.get("wall_s"),
+        "measured_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "note": re.sub(r"^\d+ calibration samples$", "", row.get("note") or "") or None,  # bench_nncf's count
+        "reasons": v.get("reasons"), "path": a.get("path"), "metrics": metrics,
+    }
+    if side == "edgekit" and fp32 is not None and not fp32.get("artifact"):
+        r["fp32_error"] = (fp32.get("error") or "").removeprefix("no JSON artifact: ") or f"exit {fp32.get('exit')}"
+    if m.metric == "top1_agreement":
+        r["task"] = metrics.get("output_0", {}).get("top1_agreement")
+    elif m.metric == "max_abs":
+        r["task"] = metrics.get("output_0", {}).get("max_abs")
+    else:
+        r["task"] = cosine
+    if m.name == "ppocr_rec":
+        r["metric"] = "ctc"
+        got = ctc_agreement(m, a["path"]) if a.get("path") else None
+        if got:
+            r["task"], r["ctc_step_agreement"] = got
+            step = metrics.get("output_0", {}).get("step_top1_agreement")
+            r["note"] = "; ".join(filter(None, [r["note"], f"per-step arg-max agreement {got[1]:.4f}"
+                                                + (f" (edgekit's step_top1_agreement {step:.4f})" if step is not None
+                                                   else "")]))
+    return r
+
+
+# ----------------------------------------------------------------------------- the table
+COLUMNS = [("model", "model", "s"), ("framework", "src", "s"), ("target", "target", "s"), ("side", "side", "s"),
+           ("converts", "converts?", "s"), ("verdict", "verdict", "s"), ("fp32_cosine", "fp32 cos", ".6f"),
+           ("cosine", "int8 cos", ".4f"), ("cosine_min", "int8 cos min", ".4f"), ("metric", "metric", "s"),
+           ("task", "task", ".4f"), ("int8_weight_share", "w-int8", ".3f"), ("size_ratio", "int8/fp32", ".3f"),
+           ("conv_s", "conv s", ".1f"), ("wall_s", "wall s", ".1f")]
+
+
+def _cell(r: dict, key: str, fmt: str) -> str:
+    value = r.get(key)
+    if key == "metric":
+        return METRIC_LABEL.get(value, value)
+    if key == "fp32_cosine" and r["side"] == "edgekit" and value is None:
+        return "fails" if r.get("fp32_error") else "n/a"
+    if value is None:
+        return "-"
+    if fmt == "s":
+        text = str(value).replace("|", "\\|")
+        return text if len(text) <= 90 else text[:89] + "…"
+    return format(value, fmt)
+
+
+def markdown(rows: list[dict], header: str) -> str:
+    lines = [header, "", "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
+             "|" + "|".join("---" if f == "s" else "---:" for _, _, f in COLUMNS) + "|"]
+    lines += ["| " + " | ".join(_cell(r, k, f) for k, _, f in COLUMNS) + " |" for r in rows]
+    notes = []
+    for r in rows:
+        where = f"{r['model']} {r['target']} {r['side']}"
+        if r["converts"] != "yes" and len(r["converts"]) > 90:
+            notes.append(f"{where}: {r['converts']}")
+        if r.get("fp32_error"):
+            notes.append(f"{where}: fp32 conversion {r['fp32_error']}")
+        if r.get("note"):
+            notes.append(f"{where}: {r['note']}")
+        for reason in r.get("reasons") or []:  # why edgekit's verifier failed the artifact
+            notes.append(f"{where}: fails verification: {reason if len(reason) <= 200 else reason[:199] + '…'}")
+        if r.get("worst_output") not in (None, "output_0"):
+            notes.append(f"{where}: int8 cos is {r['worst_output']}'s (the worst output)")
+    if notes:
+        lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def provenance() -> dict:
+    """The edgekit code measured: its commit and the files changed since (read-only git calls)."""
+    def git(*a):
+        p = subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True)
+        return p.stdout.rstrip() if p.returncode == 0 else None
+    return {"commit": git("rev-parse", "HEAD"), "changed": (git("status", "--porcelain") or "").splitlines()}
+
+
+SIDES = ("edgekit", "raw", "nncf")
+
+
+def merged(kept: list[dict], rows: list[dict]) -> list[dict]:
+    """`rows` with the rows of `kept` whose model × target cell is not among them, in zoo × target × side order."""
+    measured = {(r["model"], r["target"]) for r in rows}
+    names = list(zoo.ZOO)
+
+    def order(r):
+        return names.index(r["model"]) if r["model"] in names else len(names), ALL_TARGETS.index(r["target"]), \
+            SIDES.index(r["side"])
+    return sorted([r for r in kept if (r["model"], r["target"]) not in measured] + rows, key=order)
+
+
+def write_outputs(args, rows: list[dict], header: str, total: float, nncf: str | None, earlier: dict | None) -> None:
+    if args.json:
+        doc = {"seconds": total, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "nncf": nncf,
+               "edgekit": provenance(), "rows": rows}
+        if earlier:
+            doc["earlier"] = {k: earlier.get(k) for k in ("seconds", "finished", "edgekit", "earlier")}
+        args.json.write_text(json.dumps(doc, indent=2, default=str))
+    if args.md:
+        args.md.write_text(markdown(rows, header))
+
+
+# ----------------------------------------------------------------------------- the run
+def fp32_run(m, target: str, folder: Path) -> tuple[dict | None, int | None]:
+    """edgekit's fp32 conversion of m to target: (its row or None when there is nothing to convert, fp32 bytes)."""
+    if m.framework == "onnx" and target == "onnx" and not m.input_shape:  # edgekit refuses: nothing to convert
+        return None, m.source.stat().st_size
+    row = bir.edgekit_convert(m, target, False, folder, extra=("--no-cache",))
+    return row, (row.get("artifact") or {}).get("bytes")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(zoo.ZOO), help="comma-separated zoo names (default: all)")
+    parser.add_argument("--targets", default=",".join(ALL_TARGETS), help="comma-separated (default: all reachable)")
+    parser.add_argument("--work", type=Path, default=None, help="models are built / reused here (default: temp dir)")
+    parser.add_argument("--skip-raw", action="store_true", help="edgekit rows only (no raw, no nncf)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    parser.add_argument("--md", type=Path, default=None, help="also write the Markdown table here")
+    parser.add_argument("--nncf-path", type=Path, default=Path("/tmp/nncf-pkgs"),
+                        help="folder appended to sys.path to find nncf, if it exists (default /tmp/nncf-pkgs)")
+    parser.add_argument("--merge", action="store_true",
+                        help="with --json PATH written by an earlier run: keep its rows of the model × target cells "
+                             "this run does not measure (to measure some cells again)")
+    parser.add_argument("--call-timeout", type=float, default=1800, help="seconds for one raw / nncf call")
+    parser.add_argument("--one", choices=("raw", "nncf"), help=argparse.SUPPRESS)  # child mode, see one_call
+    parser.add_argument("--fp32-onnx", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--row-out", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        return one_call(args)
+
+    nncf = None if args.skip_raw else nncf_status(args.nncf_path)
+    if not args.skip_raw and nncf is None:
+        print(f"nncf is not importable (nor from {args.nncf_path}): no NNCF rows. Install it apart as "
+              "bench/bench_nncf.py's docstring says to add them.", flush=True)
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    wanted = [t.strip() for t in args.targets.split(",") if t.strip()]
+    with bir.work_folder(args, "bench-zoo-") as work:
+        args.work = work.resolve()
+        root = args.work / "bench-zoo"
+        started, rows = time.perf_counter(), []
+        earlier = json.loads(args.json.read_text()) if args.merge and args.json and args.json.is_file() else None
+        header = ""
+        for name in names:
+            m = zoo.load(name, args.work)
+            fp32_onnx: str | None = None  # edgekit's fp32 .onnx of a torch / keras m: the raw / nncf calls' input
+            for target in [t for t in ALL_TARGETS if t in TARGETS[m.framework] and t in wanted]:
+                base = root / f"{name}-{target}"
+                shutil.rmtree(base, ignore_errors=True)  # this script's own folder of the previous run
+                base.mkdir(parents=True)
+                print(f"{name} [{m.framework}] → {target}: edgekit fp32, edgekit int8"
+                      + ("" if args.skip_raw else ", raw int8" + (", nncf int8" if nncf and (m.framework, target) in NNCF
+                                                                 else "")) + " …", flush=True)
+                fp32, fp32_bytes = fp32_run(m, target, base / "fp32")
+                if m.framework != "onnx" and target == "onnx" and fp32 and fp32.get("artifact"):
+                    fp32_onnx = fp32["artifact"]["path"]
+                ours = bir.edgekit_convert(m, target, True, base / "int8", extra=("--no-cache",))
+                runs = [("edgekit", ours)]
+                if not args.skip_raw:
+                    if m.framework == "torch" and target == "ort" and fp32_onnx is None:  # onnx was not asked for
+                        extra, _ = fp32_run(m, "onnx", base / "fp32-onnx")
+                        fp32_onnx = (extra.get("artifact") or {}).get("path")
+                    runs.append(("raw", call_in_child("raw", m, target, fp32_onnx, base / "raw", args)))
+                    if nncf and (m.framework, target) in NNCF:
+                        runs.append(("nncf", call_in_child("nncf", m, target, fp32_onnx, base / "nncf", args)))
+                for side, row in runs:
+                    r = summarize(m, target, side, row, fp32 if side == "edgekit" else None, fp32_bytes)
+                    rows.append(r)
+                    print(f"  {side:7} {r['converts'][:100]}  verdict={r['verdict']}  cos={r['cosine']}  "
+                          f"task={r['task']}  wall={r['wall_s'] or 0:.1f}s", flush=True)
+                total = time.perf_counter() - started
+                header = (f"int8 on the zoo: edgekit's default int8 vs the raw library calls"
+                          + (f" and NNCF {nncf}" if nncf else " (NNCF not importable: no nncf rows)")
+                          + f", verified by edgekit on the eval samples ({total:.0f} s in all")
+                if earlier:
+                    rows_out = merged(earlier["rows"], rows)
+                    header += (f"; {len(rows_out) - len(rows)} rows kept from an earlier run of {earlier['seconds']:.0f} s"
+                               + (f" that finished at {earlier['finished']}" if earlier.get("finished") else ""))
+                else:
+                    rows_out = rows
+                header += ")"
+                # after every target: a crash keeps what was measured
+                write_outputs(args, rows_out, header, total, nncf, earlier)
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "calls.log").write_text("\n".join(CALL_LOG))
+    print()
+    print(markdown(rows_out, header))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
