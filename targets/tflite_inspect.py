@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 import hashlib
 
+import numpy as np
+
 from edgekit.targets.inspection import INT8_FAMILY, Inspection, OpInfo, build, io_entry
 
 # Data movement and (de)quantization: not counted as compute ops.
@@ -122,8 +124,6 @@ def _values_key(data, dtype: str) -> bytes:
     """A key equal for two constants holding the same values up to sign and layout: litert-torch lowers a
     PReLU after a Linear to two FULLY_CONNECTED ops, storing the weight a second time negated. The hash of
     the magnitudes, sorted."""
-    import numpy as np
-
     raw = bytes(data)
     try:
         values = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<"))
