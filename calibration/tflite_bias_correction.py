@@ -19,6 +19,8 @@ import collections
 
 import numpy as np
 
+from edgekit.core import io_params
+
 MAX_SAMPLES = 32  # as edgekit.calibration.bias_correction
 CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED = 3, 4, 9  # LiteRT builtin operator codes
 
@@ -121,10 +123,10 @@ def _dequantized(model, tensor) -> np.ndarray:
 
 
 def _as_input(value, detail) -> np.ndarray:
+    """A calibration sample as the interpreter takes it (quantized with the input's own parameters under --int8-io)."""
     x = np.array(value, copy=True).reshape(detail["shape"])
     if np.issubdtype(detail["dtype"], np.integer) and not np.issubdtype(x.dtype, np.integer):
-        scale, zero = detail["quantization"]
-        x = np.clip(np.round(x / scale + zero), np.iinfo(detail["dtype"]).min, np.iinfo(detail["dtype"]).max)
+        return io_params.quantize(x, *detail["quantization"], detail["dtype"])
     return x.astype(detail["dtype"])
 
 
