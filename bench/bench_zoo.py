@@ -61,7 +61,9 @@ Columns
                  and leaves cosine_min out for a regression such as MTCNN's 4 box offsets, so this can
                  exceed int8 cos when the worst output is a regression
   metric, task   the zoo model's own metric (ZooModel.metric): top1 = arg-max agreement of output 0
-                 (classifiers); cos = the int8 cos column (embedding, detectors, text map); max_abs = largest
+                 (classifiers); cos = the int8 cos column (embedding, face nets, text map); class cos = the
+                 detector's class-score rows alone (detection_agreement: mean per-image cosine; the share of
+                 the source's detections reproduced is in the notes); max_abs = largest
                  absolute difference of the speech probability (Silero VAD, lower is better); for the OCR
                  recogniser ctc = share of eval lines whose greedy CTC decoding (zoo.ctc_decode) is the same
                  string as the source model's, the artifact and the source both run here in onnxruntime
@@ -117,7 +119,7 @@ zoo = _load("zoo", REPO / "sample_models" / "zoo.py")                  # ZOO, lo
 TARGETS = {"torch": ("tflite", "executorch", "onnx", "ort"), "keras": ("tflite", "onnx", "ort"), "onnx": ("onnx", "ort")}
 ALL_TARGETS = ("tflite", "executorch", "onnx", "ort")  # also the order a model's targets run in: onnx before ort
 EXT = {**bir.EXT, "ort": "ort"}
-METRIC_LABEL = {"top1_agreement": "top1", "cosine": "cos", "max_abs": "max_abs↓", "ctc": "ctc"}
+METRIC_LABEL = {"top1_agreement": "top1", "cosine": "cos", "max_abs": "max_abs↓", "ctc": "ctc", "class_scores": "class cos"}
 
 
 # ----------------------------------------------------------------------------- raw calls beyond bench_int8_real
@@ -311,29 +313,65 @@ CALL_LOG: list[str] = []
 _CTC_REF: dict[str, tuple] = {}
 
 
+def _ort_outputs(path, x: np.ndarray) -> np.ndarray:
+    """Output 0 of an .onnx / .ort model on every sample of x, one at a time, in onnxruntime (CPU)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    return np.concatenate([session.run(None, {name: x[i:i + 1]})[0] for i in range(len(x))])
+
+
 def ctc_agreement(m, artifact: str) -> tuple[float, float] | None:
     """(share of eval lines whose greedy CTC string equals the source's, per-step arg-max agreement), the
     source .onnx and the int8 .onnx / .ort both run in onnxruntime (CPU), one sample at a time."""
-    import onnxruntime as ort
-
-    def run(path) -> np.ndarray:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
-        return np.concatenate([session.run(None, {name: x[i:i + 1]})[0] for i in range(len(x))])
-
     x = next(iter(np.load(m.eval).values()))
     if m.name not in _CTC_REF:
         charset = zoo.ctc_charset(m.source)
-        ref = run(m.source)
+        ref = _ort_outputs(m.source, x)
         _CTC_REF[m.name] = charset, ref, [zoo.ctc_decode(r, charset) for r in ref]
     charset, ref, texts = _CTC_REF[m.name]
     try:
-        out = run(artifact).reshape(ref.shape)
+        out = _ort_outputs(artifact, x).reshape(ref.shape)
     except Exception as e:  # noqa: BLE001
         print(f"  (ctc: cannot run {artifact}: {bir.first_line(e)})", flush=True)
         return None
     same = np.mean([zoo.ctc_decode(o, charset) == t for o, t in zip(out, texts)])
     return float(same), float(np.mean(ref.argmax(-1) == out.argmax(-1)))
+
+
+# ----------------------------------------------------------------------------- the detector's own metrics
+def detection_agreement(m, artifact: str) -> tuple[float, float] | None:
+    """(mean per-image cosine of the YOLO output's class-score rows 4:, share of the source's detections
+    the artifact reproduces): a box-and-score tensor's cosine is carried by the box rows (pixels, up to
+    320), so the class scores are judged apart. Detections are zoo's decode (score ≥ 0.25, NMS 0.45); one
+    matches when the artifact has a detection of the same class with IoU ≥ 0.5; an image where neither
+    detects anything agrees. The source .onnx and the artifact both run in onnxruntime (CPU)."""
+    x = next(iter(np.load(m.eval).values()))
+    if m.name not in _CTC_REF:
+        _CTC_REF[m.name] = (_ort_outputs(m.source, x),)
+    (ref,) = _CTC_REF[m.name]
+    try:
+        out = _ort_outputs(artifact, x).reshape(ref.shape)
+    except Exception as e:  # noqa: BLE001
+        print(f"  (detections: cannot run {artifact}: {bir.first_line(e)})", flush=True)
+        return None
+    cosines, agreed = [], []
+    for r, o in zip(ref, out):
+        a, b = r[4:].ravel().astype(np.float64), o[4:].ravel().astype(np.float64)
+        norm = np.linalg.norm(a) * np.linalg.norm(b)
+        cosines.append(float(a @ b / norm) if norm > 0 else float(np.array_equal(a, b)))
+        want, got = zoo.rm.decode_detections(r), zoo.rm.decode_detections(o)
+        hits = sum(any(c == c2 and _iou(box, box2) >= 0.5 for c2, _, box2 in got) for c, _, box in want)
+        agreed.append(1.0 if not want and not got else hits / max(len(want), len(got)))
+    return float(np.mean(cosines)), float(np.mean(agreed))
+
+
+def _iou(p: list, q: list) -> float:
+    ix = max(0.0, min(p[2], q[2]) - max(p[0], q[0]))
+    iy = max(0.0, min(p[3], q[3]) - max(p[1], q[1]))
+    union = (p[2] - p[0]) * (p[3] - p[1]) + (q[2] - q[0]) * (q[3] - q[1]) - ix * iy
+    return ix * iy / union if union > 0 else 0.0
 
 
 # ----------------------------------------------------------------------------- a row of the table
@@ -375,6 +413,12 @@ def summarize(m, target: str, side: str, row: dict, fp32: dict | None, fp32_byte
         r["task"] = metrics.get("output_0", {}).get("max_abs")
     else:
         r["task"] = cosine
+    if m.metric == "class_scores":
+        got = detection_agreement(m, a["path"]) if a.get("path") else None
+        r["task"] = got[0] if got else None
+        if got:
+            r["detection_agreement"] = got[1]
+            r["note"] = "; ".join(filter(None, [r["note"], f"detections reproduced {got[1]:.4f}"]))
     if m.name == "ppocr_rec":
         r["metric"] = "ctc"
         got = ctc_agreement(m, a["path"]) if a.get("path") else None

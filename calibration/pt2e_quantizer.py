@@ -27,6 +27,8 @@ quantize something that must stay exact. What it adds, and why:
   carries it cannot be quantized without destroying the scores it is added to.
 - **A transformer's residual stream stays float** (adds that feed a normalization), and the
   linears writing into it keep int8 weights with activations quantized at run time.
+- **A square root and what feeds it back to the squaring stay float** (a spectrum's power, a
+  variance): they span the square of the signal's dynamic range.
 - **A cat of very different ranges stays float** (a detector's pixel boxes beside its class
   scores), where the backends would give all its inputs one scale.
 - **Linears on N-D inputs become 2-D** for XNNPACK (`linears_2d=True`), which cannot build a
@@ -110,6 +112,8 @@ class EdgeQuantizer:
         _unquantize_integer_derived(model)
         if not dynamic:
             _float_residual_stream(model, self.dynamic_config.input_activation)
+        for node in _squared_stretches(model):
+            _strip(node)
         for node in model.graph.nodes:
             if node.name in self.keep_float:
                 _strip(node)
@@ -375,6 +379,40 @@ def _float_residual_stream(model, dynamic_act) -> None:
                 annotation.output_qspec = None
                 if _name(node) == "linear.default" and node.args[0] in annotation.input_qspec_map:
                     annotation.input_qspec_map[node.args[0]] = dynamic_act
+
+
+_ROOTS = ("sqrt.default", "rsqrt.default")
+_SUMS = ("add.Tensor", "add.Scalar", "sum.dim_IntList", "mean.dim", "mul.Tensor", "mul.Scalar", "div.Tensor",
+         "div.Scalar", "sub.Tensor")
+
+
+def _squared_stretches(model) -> list:
+    """The nodes from a squaring (`pow(x, 2)`, `x * x`, `square`) to the square root that undoes it,
+    root included, as edgekit.converters.onnx_quantize.squared_stretches finds them in an ONNX graph:
+    a power spectrum or a variance spans the square of its signal's dynamic range, which one int8
+    scale cannot hold."""
+    def squaring(node) -> bool:
+        name = _name(node)
+        if name == "pow.Tensor_Scalar":
+            return len(node.args) > 1 and node.args[1] == 2
+        return name == "square.default" or (name == "mul.Tensor" and node.args[0] is node.args[1])
+
+    out = []
+    for root in (n for n in model.graph.nodes if _name(n) in _ROOTS):
+        stretch, todo, found = [root], [root.args[0]], False
+        while todo:
+            node = todo.pop()
+            if not hasattr(node, "op") or node in stretch:
+                continue
+            if squaring(node):
+                stretch.append(node)
+                found = True
+            elif _name(node) in _SUMS:
+                stretch.append(node)
+                todo += [a for a in node.args if hasattr(a, "op")]
+        if found:
+            out += stretch
+    return out
 
 
 def module_path(node) -> str | None:

@@ -314,8 +314,9 @@ _NORMS = ("LayerNormalization", "SimplifiedLayerNormalization", "SkipLayerNormal
 def keep_float(model: Path) -> list[str]:
     """Nodes that stay float, as in edgekit's PT2E quantizer (edgekit.calibration.pt2e_quantizer):
     whatever is computed from integer inputs and constants only (attention masks, positions), an
-    op that adds such a tensor to an activation, and the adds of a transformer's residual stream
-    (those that feed a normalization), whose outlier channels one int8 scale cannot hold."""
+    op that adds such a tensor to an activation, the adds of a transformer's residual stream
+    (those that feed a normalization), whose outlier channels one int8 scale cannot hold, and
+    every stretch from a squaring to its square root (`squared_stretches`)."""
     import onnx
 
     graph = onnx.load(str(model), load_external_data=False).graph
@@ -360,47 +361,97 @@ def keep_float(model: Path) -> list[str]:
                 writer = next((producer[i] for i in writer.input if i in producer), None)
             if writer is not None and writer.op_type in ("MatMul", "Gemm"):
                 out.append(writer.name)
+    return out + squared_stretches(graph)
+
+
+_SUMS = ("Add", "Sum", "ReduceMean", "ReduceSum", "Mul", "Div", "Sub")  # what a power goes through on its way to a root
+
+
+def squared_stretches(graph) -> list[str]:
+    """The nodes from a squaring (Pow by 2, or Mul of a tensor by itself) to the Sqrt that undoes it,
+    Sqrt included: a spectrum's power or a variance spans the square of its signal's dynamic range
+    (a 40 dB signal becomes an 80 dB power), which one int8 scale cannot hold: its quiet bins and
+    small variances round to zero. Found backwards from each Sqrt through sums, means and scalings."""
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+
+    def squaring(node) -> bool:
+        if node.op_type == "Mul":
+            return len(node.input) == 2 and node.input[0] == node.input[1]
+        if node.op_type != "Pow" or node.input[1] not in inits:
+            return False
+        return float(np.asarray(numpy_helper.to_array(inits[node.input[1]])).ravel()[0]) == 2.0
+
+    out: list[str] = []
+    for root in (n for n in graph.node if n.op_type == "Sqrt"):
+        stretch, todo, found = [root.name], [root.input[0]], False
+        while todo:
+            node = producer.get(todo.pop())
+            if node is None or node.name in stretch:
+                continue
+            if squaring(node):
+                stretch.append(node.name)
+                found = True
+            elif node.op_type in _SUMS:
+                stretch.append(node.name)
+                todo += [i for i in node.input if i and i not in inits]
+        if found:
+            out += stretch
     return out
 
 
+RECURRENT = ("LSTM", "GRU", "RNN")  # onnxruntime's static quantizer has none: W and R stay float
+
+
+def _float_weights(node, inits: dict) -> list[tuple[str, int]]:
+    """(initializer name, output-channel axis) of the float weights of `node` that weight-only int8
+    can store: a MatMul's or Gemm's B, a Gather's table (rows), a recurrent layer's W and R (each
+    [directions, gates × hidden, inputs]: one scale per gate row)."""
+    if node.op_type == "Gather":
+        return [(node.input[0], 0)]
+    if node.op_type in RECURRENT:
+        return [(node.input[i], 1) for i in (1, 2) if len(node.input) > i]
+    if node.op_type in ("MatMul", "Gemm") and len(node.input) > 1:
+        # Output channels: the last axis for MatMul (x @ W) and Gemm without transB, else the first.
+        trans_b = any(a.name == "transB" and a.i for a in node.attribute)
+        return [(node.input[1], 0 if node.op_type == "Gemm" and trans_b else 1)]
+    return []
+
+
 def int8_weights_only(graph, keep: set[str] = frozenset()) -> None:
-    """Store the float weights that quantization left (MatMul/Gemm kept float, embedding tables) as
-    int8, per output channel or row, behind a DequantizeLinear: int8 in the file, float
-    arithmetic at run time. The nodes named in `keep` (layers the spec keeps float) keep float
-    weights. Changes `graph` (an ONNX GraphProto) in place."""
+    """Store the float weights that quantization left (MatMul/Gemm kept float, embedding tables,
+    LSTM/GRU/RNN weights) as int8, per output channel or row, behind a DequantizeLinear: int8 in the
+    file, float arithmetic at run time. The nodes named in `keep` (layers the spec keeps float) keep
+    float weights. Changes `graph` (an ONNX GraphProto) in place."""
     from onnx import helper, numpy_helper
 
     inits = {i.name: i for i in graph.initializer}
-    nodes = list(graph.node)
-    for node in nodes:
-        index = 0 if node.op_type == "Gather" else 1
-        if (node.op_type not in ("MatMul", "Gemm", "Gather") or node.name in keep or len(node.input) < 2
-                or node.input[index] not in inits):
+    for node in list(graph.node):
+        if node.name in keep:
             continue
-        weight = inits[node.input[index]]
-        w = numpy_helper.to_array(weight)
-        if w.dtype != np.float32 or w.ndim != 2:
-            continue
-        # Output channels: the last axis for MatMul (x @ W) and Gemm without transB, else the
-        # first; a table's rows.
-        trans_b = any(a.name == "transB" and a.i for a in node.attribute)
-        axis = 0 if (node.op_type == "Gather" or (node.op_type == "Gemm" and trans_b)) else 1
-        scale = np.max(np.abs(w), axis=1 - axis) / 127.0
-        scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
-        shape = (-1, 1) if axis == 0 else (1, -1)
-        q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
-        # Named the way onnxruntime's QDQ quantizer names a weight's tensors, which its QDQ
-        # debugging tools (edgekit layers) match on.
-        name = weight.name
-        graph.initializer.remove(weight)
-        graph.initializer.extend([numpy_helper.from_array(q, f"{name}_quantized"),
-                                  numpy_helper.from_array(scale, f"{name}_scale"),
-                                  numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8), f"{name}_zero_point")])
-        dq = helper.make_node("DequantizeLinear", [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"],
-                              [f"{name}_DequantizeLinear_Output"], name=f"{name}_DequantizeLinear", axis=axis)
-        for consumer in graph.node:
-            consumer.input[:] = [dq.output[0] if i == name else i for i in consumer.input]
-        graph.node.insert(list(graph.node).index(node), dq)
+        for name, axis in _float_weights(node, inits):
+            w = numpy_helper.to_array(inits[name]) if name in inits else None
+            if w is None or w.dtype != np.float32 or w.ndim != (3 if node.op_type in RECURRENT else 2):
+                continue
+            reduce = tuple(a for a in range(w.ndim) if a != axis)
+            scale = np.max(np.abs(w), axis=reduce) / 127.0
+            scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
+            shape = [1] * w.ndim
+            shape[axis] = -1
+            q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+            # Named the way onnxruntime's QDQ quantizer names a weight's tensors, which its QDQ
+            # debugging tools (edgekit layers) match on.
+            graph.initializer.remove(inits.pop(name))
+            graph.initializer.extend([numpy_helper.from_array(q, f"{name}_quantized"),
+                                      numpy_helper.from_array(scale, f"{name}_scale"),
+                                      numpy_helper.from_array(np.zeros_like(scale, dtype=np.int8), f"{name}_zero_point")])
+            dq = helper.make_node("DequantizeLinear", [f"{name}_quantized", f"{name}_scale", f"{name}_zero_point"],
+                                  [f"{name}_DequantizeLinear_Output"], name=f"{name}_DequantizeLinear", axis=axis)
+            for consumer in graph.node:
+                consumer.input[:] = [dq.output[0] if i == name else i for i in consumer.input]
+            graph.node.insert(list(graph.node).index(node), dq)
 
 
 def float_weights_stay_float(graph) -> None:

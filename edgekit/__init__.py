@@ -118,7 +118,7 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
     from edgekit.core.quant import GRANULARITIES, parse_overrides  # local: as above
     from edgekit.engine.cache import ArtifactCache  # local: as above
     from edgekit.engine.pipeline import ConvertRequest, convert as run  # local: as above
-    from edgekit.engine.search import parse_budgets  # local: as above
+    from edgekit.core.budgets import parse_budgets  # local: as above
     from edgekit.sources.loading import SourceOptions  # local: as above
 
     _flags(int8=int8, int8_io=int8_io, bias_correction=True if bias_correction is None else bias_correction,

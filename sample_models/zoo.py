@@ -76,7 +76,8 @@ class ZooModel:
     input_shape: str | None  # edgekit --input-shape for a source with dynamic dims, else None
     family: str = ""         # architecture family, e.g. "EfficientNet-Lite (ReLU6, depthwise)"
     framework: str = ""      # source framework: "torch" | "keras" | "onnx"
-    metric: str = "cosine"   # edgekit metric that tells whether the task survives (top1_agreement, cosine, max_abs)
+    metric: str = "cosine"   # what tells whether the task survives: top1_agreement, cosine, max_abs (edgekit metrics),
+                             # class_scores (bench_zoo.detection_agreement)
     licence: str = ""        # one line
     ops: str = ""            # notable ops for conversion: PReLU, LSTM, attention, ...
 
@@ -872,7 +873,7 @@ def minilm_l6(out_dir: Path) -> ZooModel:
 
 def nudenet_320n(out_dir: Path) -> ZooModel:
     return _wrap(rm.detector(out_dir, 64, 32), family="YOLOv8n detector (C2f, SPPF, DFL head), 3 M params",
-                 framework="onnx", metric="cosine",
+                 framework="onnx", metric="class_scores",
                  licence="AGPL-3.0 (nudenet wheel ships the AGPL text; Ultralytics YOLOv8 AGPL-3.0)",
                  ops="SiLU, Resize, Concat/Split, Softmax in DFL; opset 17")
 

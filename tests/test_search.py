@@ -10,7 +10,8 @@ import pytest
 
 from edgekit.core.errors import BadInput
 from edgekit.core.quant import LayerOverride, QuantSpec, parse_overrides
-from edgekit.engine.search import Budget, Measurement, Search, parse_budgets
+from edgekit.core.budgets import Budget, parse_budgets
+from edgekit.engine.search import Measurement, Search, StopReason
 from edgekit.core.verify import only_near_ties
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, run_cli
 
@@ -70,7 +71,7 @@ def test_the_search_keeps_only_layers_that_help_and_says_why_it_stopped():
     ranked = [_Layer("input x", 9), _Layer("a", 8), _Layer("b", 6), _Layer("c", 5), _Layer("d", 4), _Layer("e", 0.1)]
     best, record = Search((Budget("cosine", 0.99),), ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked)
     assert [k["layer"] for k in record["kept"]] == ["a", "d"]  # b made it worse, c changed nothing: undone
-    assert record["stopped"] == "met" and record["conversions"] == 5  # full int8, a, b, c, d; e is not a candidate
+    assert record["stopped"] is StopReason.MET and record["conversions"] == 5  # full int8, a, b, c, d; e is not a candidate
     assert record["rankings"] == 2  # once on full int8, again after a was kept
     assert record["kept"][0]["contribution"]["cosine"] == pytest.approx(0.05)
     assert record["steps"][2]["note"] == "undone: no progress on cosine 0.95 → 0.94"
@@ -84,7 +85,7 @@ def test_the_search_tries_the_cheaper_fallback_first_and_respects_the_floor_and_
     best, record = search.run(QuantSpec("int8"), measure, lambda m: [_Layer("a", 8), _Layer("b", 7), _Layer("c", 6)])
     assert [(o.layer, o.precision) for s in calls[1:3] for o in s.overrides] == [("a", "int16"), ("a", "float")]
     assert "floor" in record["steps"][1]["note"] and not record["kept"]
-    assert record["stopped"] == "steps" and record["conversions"] == 4  # the first conversion and three steps
+    assert record["stopped"] is StopReason.STEPS and record["conversions"] == 4  # the first conversion and three steps
     assert best.spec.overrides == () and "step limit (3)" in record["why"]
 
 
@@ -113,7 +114,7 @@ def test_a_large_move_of_a_met_cosine_counts_toward_a_missed_top1():
 
     _best, record = Search((Budget("cosine", 0.99), Budget("top1_agreement", 0.98)), ("float",)).run(
         QuantSpec("int8"), measure, lambda m: [_Layer("a", 8)])
-    assert [k["layer"] for k in record["kept"]] == ["a"] and record["stopped"] == "exhausted"
+    assert [k["layer"] for k in record["kept"]] == ["a"] and record["stopped"] is StopReason.EXHAUSTED
 
 
 def test_bias_correction_is_tried_first_and_kept_only_when_it_helps():
@@ -124,7 +125,7 @@ def test_bias_correction_is_tried_first_and_kept_only_when_it_helps():
     ranked = []
     best, record = Search((Budget("cosine", 0.99),), ("float",), passes=("bias_correction",)).run(
         QuantSpec("int8"), measure, lambda m: ranked.append(1) or [_Layer("a", 8)])
-    assert record["stopped"] == "met" and record["conversions"] == 2 and not ranked  # no layer kept back
+    assert record["stopped"] is StopReason.MET and record["conversions"] == 2 and not ranked  # no layer kept back
     assert record["steps"][1]["change"] == "bias_correction" and record["steps"][1]["accepted"]
     assert best.spec.bias_correction and record["bias_correction"] and record["kept"] == []
     assert record["bias_correction_contribution"]["cosine"] == pytest.approx(0.015)
@@ -151,7 +152,7 @@ def test_smooth_quant_comes_first_then_bias_correction_each_kept_on_its_own_meri
     assert best.spec.smooth_quant and not best.spec.bias_correction and [k["layer"] for k in record["kept"]] == ["a"]
     assert record["smooth_quant"] and record["smooth_quant_contribution"]["cosine"] == pytest.approx(0.005)
     assert record["bias_correction"] is False and record["bias_correction_contribution"] is None
-    assert record["stopped"] == "met" and "SmoothQuant" in record["why"]
+    assert record["stopped"] is StopReason.MET and "SmoothQuant" in record["why"]
 
 
 def test_only_near_ties_left_stops_before_any_layer_step_and_says_why():
@@ -162,15 +163,15 @@ def test_only_near_ties_left_stops_before_any_layer_step_and_says_why():
     budgets = (Budget("cosine", 0.99), Budget("top1_agreement", 0.98))
     ranked = []
     best, record = Search(budgets, ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked.append(1) or [])
-    assert record["stopped"] == "near-ties" and record["conversions"] == 1 and not ranked
+    assert record["stopped"] is StopReason.NEAR_TIES and record["conversions"] == 1 and not ranked
     assert "top1_agreement ≥ 0.98 (got 0.96875)" in record["why"] and "near-tie" in record["why"]
     # a disagreement that is not a near-tie, or a missed cosine, still searches
     _, record = Search(budgets, ("float",)).run(QuantSpec("int8"), lambda s, i: measure(s, i, False),
                                                 lambda m: [_Layer("a", 8)])
-    assert record["stopped"] != "near-ties" and record["conversions"] > 1
+    assert record["stopped"] is not StopReason.NEAR_TIES and record["conversions"] > 1
     _, record = Search((Budget("cosine", 0.999), budgets[1]), ("float",)).run(
         QuantSpec("int8"), measure, lambda m: [_Layer("a", 8)])
-    assert record["stopped"] != "near-ties" and record["conversions"] > 1
+    assert record["stopped"] is not StopReason.NEAR_TIES and record["conversions"] > 1
 
 
 def test_only_near_ties_reads_the_top_two_scores_of_the_source():
@@ -186,7 +187,7 @@ def test_no_step_when_full_int8_meets_the_budgets():
     ranked = []
     _best, record = Search((Budget("cosine", 0.8),), ("float",)).run(QuantSpec("int8"), measure,
                                                                       lambda m: ranked.append(1) or [])
-    assert record["stopped"] == "met" and record["conversions"] == 1 and not ranked  # not even a ranking
+    assert record["stopped"] is StopReason.MET and record["conversions"] == 1 and not ranked  # not even a ranking
     assert record["rankings"] == 0
 
 

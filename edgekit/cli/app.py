@@ -127,7 +127,7 @@ def convert(
     from edgekit.engine.pipeline import ConvertRequest
     from edgekit.engine.pipeline import convert as run
     from edgekit.core.quant import GRANULARITIES, parse_overrides
-    from edgekit.engine.search import parse_budgets
+    from edgekit.core.budgets import parse_budgets
     from edgekit.core.verify import parse_output_kinds, parse_thresholds
 
     if int8:
@@ -398,14 +398,15 @@ def check(
     if as_json:
         _write_json(gate.to_json(cases))
     from edgekit.core.drift import SHOWN
+    from edgekit.core.verify import Status
 
     for c in cases:
-        line = f"{'PASS' if c.status == 'pass' else 'FAIL'} {c.name}"
+        line = f"{'PASS' if c.status == Status.PASS else 'FAIL'} {c.name}"
         layers = "".join(f"\n  layer {i}: {d.text()}" for i, d in enumerate(c.layers[:SHOWN], 1))
         print(line + (": " + "; ".join(c.reasons) if c.reasons else "")
               + ("".join(f"\n  changed: {x}" for x in c.changes)) + layers
               + (f"\n  {c.layers_note}" if c.layers_note else ""), file=sys.stderr if as_json else sys.stdout)
-    if any(c.status == "fail" for c in cases):
+    if any(c.status == Status.FAIL for c in cases):
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 

@@ -154,7 +154,7 @@ def render_result(result, console: Console | None) -> None:
         table.add_row(
             _target_label(r.target), r.artifact.precision, _size(r.bytes),
             f"[{STATUS_STYLE[r.verdict.status]}]{r.verdict.status}[/]",
-            f"{m['cosine']:.6f}" if m else "—", _fmt(m.get("max_abs"), 3) if m else "—",
+            f"{m['cosine']:.6f}" if "cosine" in m else "—", _fmt(m.get("max_abs"), 3) if m else "—",
             _fmt(m.get("sqnr_db"), 4) if m else "—", f"{top1 * 100:.1f}%" if top1 is not None else "—", acc_text,
             escape(shapes_text((r.verdict.inspection or {}).get("io_shapes"))),
         )

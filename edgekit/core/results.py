@@ -7,7 +7,7 @@ from pathlib import Path
 
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.signature import Signature
-from edgekit.core.verify import Verdict
+from edgekit.core.verify import Status, Verdict
 
 SCHEMA = "edgekit.convert/1"
 META_KEYS = ("quantization", "int8_types", "opset_upgrade", "outside_delegate", "search", "mobile_package", "reused")  # reported when a route recorded them
@@ -69,7 +69,7 @@ class ConvertResult:
 
     @property
     def failed(self) -> bool:
-        return any(r.verdict.status == "fail" for r in self.artifacts)
+        return any(r.verdict.status == Status.FAIL for r in self.artifacts)
 
     def to_json(self) -> dict:
         return {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Callable
 
 import numpy as np
@@ -249,9 +250,17 @@ THRESHOLDS: dict[str, dict[str, float]] = {
 }
 
 
+class Status(StrEnum):
+    """What a verification concluded. A str, so the JSON, the tables and comparisons with "pass" keep
+    the plain words; code names the members."""
+
+    PASS = "pass"
+    FAIL = "fail"
+
+
 @dataclass(frozen=True)
 class Verdict:
-    status: str  # pass | fail | skipped
+    status: Status
     samples: int = 0
     metrics: dict = field(default_factory=dict)
     thresholds: dict = field(default_factory=dict)
@@ -264,7 +273,7 @@ class Verdict:
     kinds: dict = field(default_factory=dict)  # output name → OutputKind.to_json(): what judged it
 
     def to_json(self) -> dict:
-        out = {"status": self.status, "samples": self.samples, "metrics": self.metrics,
+        out = {"status": str(self.status), "samples": self.samples, "metrics": self.metrics,
                "thresholds": self.thresholds}
         if self.task_accuracy is not None:
             out["task_accuracy"] = self.task_accuracy
@@ -299,7 +308,7 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, 
     reasons = _inspection_reasons(inspection, thresholds) if inspection is not None else []
     output_thresholds = {k: v for k, v in thresholds.items() if k in METRICS}
     if len(ref) != len(out):
-        return Verdict("fail", len(ref[0]) if ref else 0, {}, dict(thresholds),
+        return Verdict(Status.FAIL, len(ref[0]) if ref else 0, {}, dict(thresholds),
                        reasons=(f"the artifact has {len(out)} outputs, the source {len(ref)}",))
     metrics: dict[str, dict] = {}
     judged: dict[str, dict] = {}
@@ -335,7 +344,7 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, 
     if labels is not None and ref and ref[0].ndim >= 2:
         labels = np.asarray(labels).reshape(-1)
         task = {"reference": _accuracy(ref[0], labels), "artifact": _accuracy(out[0], labels)}
-    return Verdict("fail" if reasons else "pass", len(ref[0]) if ref else 0, metrics, dict(thresholds), task,
+    return Verdict(Status.FAIL if reasons else Status.PASS, len(ref[0]) if ref else 0, metrics, dict(thresholds), task,
                    tuple(reasons), inspection, kinds=judged)
 
 

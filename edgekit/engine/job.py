@@ -19,7 +19,7 @@ from edgekit.calibration.methods import AUTO
 from edgekit.core.errors import ConversionFailed
 from edgekit.engine.graph import Route
 from edgekit.engine.layers import SAMPLES, float_reference, rank_layers
-from edgekit.engine.search import Measurement, Search
+from edgekit.engine.search import Measurement, Search, StopReason
 from edgekit.engine.sizes import verify_second_size
 from edgekit.sources.loading import Source
 from edgekit.core.quant import PASSES, QuantSpec, auto_specs
@@ -27,7 +27,7 @@ from edgekit.core.quiet import captured
 from edgekit.converters.base import ConvertContext
 from edgekit.core.results import ArtifactResult
 from edgekit.engine.runners import run_isolated
-from edgekit.core.verify import compare, only_near_ties
+from edgekit.core.verify import Status, compare, only_near_ties
 
 if TYPE_CHECKING:
     from edgekit.engine.plan import ConvertRequest
@@ -83,7 +83,7 @@ class TargetJob:
             verdict = verify_second_size(self.source, artifact, verdict, samples, reference, self.thresholds,
                                          lambda msg: self.say(f"{target.name}: {msg}"))
             search = artifact.meta.get("search")
-            if search and search["stopped"] == "met" and verdict.status == "fail":
+            if search and search["stopped"] == StopReason.MET and verdict.status == Status.FAIL:
                 note = (f"the search met its budgets on {search['samples']} held-out calibration samples, not on the "
                         f"{len(samples)} verification samples: give more (and more varied) calibration samples")
                 artifact = artifact.evolve(meta={"search": {**search, "note": note}})
@@ -161,8 +161,9 @@ class TargetJob:
                 self.say(f"{what}: failed ({e.message})")
                 continue
             m = compare(held_ref, self._run(artifact, held_out)[0], {}).metrics["output_0"]
-            tried.append((artifact, spec, {**record, "sqnr_db": m["sqnr_db"], "cosine": m["cosine"], "max_abs": m["max_abs"]}))
-            self.say(f"{what}: cosine {m['cosine']:.6f} on {len(held_out)} held-out samples")
+            tried.append((artifact, spec, {**record, "sqnr_db": m["sqnr_db"], "cosine": m.get("cosine"), "max_abs": m["max_abs"]}))
+            shown = f"cosine {m['cosine']:.6f}" if "cosine" in m else f"max_abs {m['max_abs']:.6g}"  # a score: no cosine
+            self.say(f"{what}: {shown} on {len(held_out)} held-out samples")
         if not tried:
             raise failed[0][0]
         best_artifact, best_spec, best = max(tried, key=lambda t: _drift_rank(t[2]))
@@ -173,4 +174,4 @@ class TargetJob:
 def _drift_rank(candidate: dict) -> tuple:
     """Least drift first: highest SQNR (None means identical outputs), then highest cosine."""
     sqnr = candidate["sqnr_db"]
-    return (float("inf") if sqnr is None else sqnr, candidate["cosine"])
+    return (float("inf") if sqnr is None else sqnr, candidate["cosine"] if candidate["cosine"] is not None else -candidate["max_abs"])

@@ -36,7 +36,7 @@ class ConvertRequest:
     bias_correction: bool | None = None  # None: wherever the route's int8 backend has it (the default recipe)
     smooth_quant: bool = False
     overrides: tuple[LayerOverride, ...] = ()  # layers kept back from int8 (edgekit.core.quant)
-    budgets: tuple = ()  # edgekit.engine.search.Budget: search for the fewest layers to keep back until they hold
+    budgets: tuple = ()  # edgekit.core.budgets.Budget: search for the fewest layers to keep back until they hold
     min_int8_share: float = 0.8
     max_steps: int = 8
     output_kinds: dict = field(default_factory=dict)  # output name → edgekit.core.verify.KINDS key (--output-kind)

@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Callable
 
+from edgekit.core.budgets import Budget
 from edgekit.core.errors import BadInput
 from edgekit.core.quant import PASSES, QuantSpec
-from edgekit.core.verify import HIGHER_IS_BETTER, METRICS, NEAR_TIE
+from edgekit.core.verify import NEAR_TIE
 
 SEARCH_FRACTION = 0.5  # of the calibration samples held out for the search to measure on
 MIN_INT8_SHARE = 0.8
@@ -47,58 +49,17 @@ MIN_GAIN = 0.02  # a step must close at least this share of the remaining gap to
 MIN_PROGRESS = 0.01
 STRONG_PROGRESS = 0.1
 SQNR_DB_PER_WIDTH = 5.0
-BOUNDED = ("cosine", "cosine_min", "channel_cosine", "channel_cosine_min", "top1_agreement")
 DISCRETE = ("top1_agreement",)  # moves by whole samples
 
 
-@dataclass(frozen=True)
-class Budget:
-    metric: str
-    limit: float
+class StopReason(StrEnum):
+    """Why a search stopped (the record's "stopped"; a str, so the JSON keeps the word)."""
 
-    def value(self, metrics: dict) -> float | None:
-        """The worst value over the outputs (`metrics` is {output: {metric: value}}); None if unmeasured."""
-        values = [m[self.metric] for m in metrics.values() if m.get(self.metric) is not None]
-        if not values:
-            return None
-        return min(values) if HIGHER_IS_BETTER[self.metric] else max(values)
-
-    def gap(self, value: float | None) -> float:
-        """How far `value` is from the limit, in units that make budgets comparable; 0 when met."""
-        if value is None:
-            return 0.0
-        sign = 1 if HIGHER_IS_BETTER[self.metric] else -1
-        return max(0.0, sign * (self.limit - value) / self._scale())
-
-    def progress(self, before: float | None, after: float | None) -> float:
-        """How much closer `after` is to (or further beyond) the limit than `before`, in gap units."""
-        if before is None or after is None:
-            return 0.0
-        return self.gap(before) - self.gap(after) if self.gap(before) or self.gap(after) else \
-            (after - before) * (1 if HIGHER_IS_BETTER[self.metric] else -1) / self._scale()
-
-    def _scale(self) -> float:
-        if HIGHER_IS_BETTER[self.metric]:
-            return 1.0 - self.limit if self.metric in BOUNDED and self.limit < 1 else max(abs(self.limit), 1.0)
-        return max(abs(self.limit), 1e-12)
-
-    def text(self) -> str:
-        return f"{self.metric} {'≥' if HIGHER_IS_BETTER[self.metric] else '≤'} {self.limit:g}"
-
-
-def parse_budgets(items) -> tuple[Budget, ...]:
-    """`--budget cosine=0.995` (repeatable) or a {metric: limit} mapping → budgets on output metrics."""
-    pairs = items.items() if isinstance(items, dict) else [str(i).partition("=")[::2] for i in items]
-    out = []
-    for metric, value in pairs:
-        metric = metric.strip()
-        if metric not in METRICS:
-            raise BadInput(f"cannot use {metric!r} as a budget", fix=f"budget a verification metric: {', '.join(METRICS)}")
-        try:
-            out.append(Budget(metric, float(value)))
-        except (TypeError, ValueError):
-            raise BadInput(f"budget {metric}: {value!r} is not a number", fix="write --budget METRIC=VALUE") from None
-    return tuple(out)
+    MET = "met"  # every budget holds
+    NEAR_TIES = "near-ties"  # only top-1 is missed, and every disagreeing sample is a near-tie
+    NO_FALLBACK = "no-fallback"  # the backend cannot keep single layers back
+    STEPS = "steps"  # the step limit was reached
+    EXHAUSTED = "exhausted"  # no ranked layer is left to keep back
 
 
 @dataclass(frozen=True)
@@ -125,6 +86,7 @@ class Search:
     passes: tuple[str, ...] = ()  # whole-model QuantSpec flags (PASSES) to try before any layer is kept back
     steps: list = field(default_factory=list)
     kept: list = field(default_factory=list)
+    floor_hit: bool = False  # a step was undone because it left less than min_int8_share in int8
 
     def values(self, m: Measurement) -> dict:
         return {b.metric: b.value(m.metrics) for b in self.budgets}
@@ -179,11 +141,11 @@ class Search:
             if self.gap(best) > 0 and not getattr(best.spec, name) and self.conversions <= self.max_steps:
                 best, contributions[name] = self._try_pass(best, measure, name)
         if self.gap(best) == 0:
-            stopped = "met"
+            stopped = StopReason.MET
         elif best.near_ties and all(b.metric in DISCRETE for b in self.budgets if b.gap(b.value(best.metrics))):
-            stopped = "near-ties"
+            stopped = StopReason.NEAR_TIES
         elif not self.fallbacks:
-            stopped = "no-fallback"
+            stopped = StopReason.NO_FALLBACK
         else:
             stopped = self._greedy(best, measure, rank)
             best = self._best
@@ -230,7 +192,7 @@ class Search:
         self.say(f"ranked {len(out)} layers losing ≥ {MIN_LOSS_DB} dB ({time.perf_counter() - started:.1f} s)")
         return out
 
-    def _greedy(self, best: Measurement, measure, rank) -> str:
+    def _greedy(self, best: Measurement, measure, rank) -> StopReason:
         """Keep layers back one at a time; after each kept layer the model is ranked again (what a
         layer loses depends on what reaches it), leaving out the layers already tried."""
         self._best = best
@@ -241,7 +203,7 @@ class Search:
             tried.add(layer)
             for precision in self.fallbacks:
                 if self.conversions > self.max_steps:
-                    return "steps"
+                    return StopReason.STEPS
                 trial_spec = self._best.spec.with_override(layer, precision)
                 try:
                     trial = measure(trial_spec, len(self.steps))
@@ -249,6 +211,7 @@ class Search:
                     self._record(len(self.steps), layer, precision, None, False, f"skipped: {e.message}")
                     break
                 if trial.int8_share < self.min_int8_share:
+                    self.floor_hit = True
                     self._record(len(self.steps), layer, precision, trial, False,
                                  f"undone: int8 share {trial.int8_share:.3f} < floor {self.min_int8_share:g}")
                     continue
@@ -265,12 +228,12 @@ class Search:
                 self._record(len(self.steps), layer, precision, trial, True, "kept")
                 self._best = trial
                 if self.gap(trial) == 0:
-                    return "met"
+                    return StopReason.MET
                 if self.conversions > self.max_steps:
-                    return "steps"
+                    return StopReason.STEPS
                 candidates = self._ranked(trial, rank, tried)
                 break
-        return "exhausted"
+        return StopReason.EXHAUSTED
 
     def _record(self, index: int, layer, precision, m: Measurement | None, accepted: bool, note: str,
                 change: str | None = None) -> None:
@@ -286,24 +249,23 @@ class Search:
         share = f", int8 share {m.int8_share:.3f}" if m is not None else ""
         self.say(f"search step {index}: {what}: {shown}{share} — {note}")
 
-    def _why(self, stopped: str, best: Measurement) -> str:
+    def _why(self, stopped: StopReason, best: Measurement) -> str:
         missed = [f"{b.text()} (got {_num(b.value(best.metrics))})" for b in self.budgets if b.gap(b.value(best.metrics)) > 0]
-        if stopped == "met":
+        if stopped == StopReason.MET:
             corrected = "".join(f" and {label}" for name, label in PASSES.items() if getattr(best.spec, name))
             return (f"every budget holds on the search samples with full int8{corrected}" if not self.kept
                     else f"every budget holds on the search samples with {len(self.kept)} layer(s) kept back{corrected}")
         tail = f"{', '.join(missed)} on the search samples"
-        if stopped == "no-fallback":
+        if stopped == StopReason.NO_FALLBACK:
             return f"missed {tail}: this backend cannot keep single layers back from int8"
-        if stopped == "steps":
+        if stopped == StopReason.STEPS:
             return f"missed {tail}: the step limit ({self.max_steps}) was reached"
-        if stopped == "near-ties":
+        if stopped == StopReason.NEAR_TIES:
             return (f"missed {tail}: every sample whose top-1 class disagrees is a near-tie in the source model "
                     f"(its top two scores closer than {NEAR_TIE:.0%} of their spread), which any rounding may flip; "
                     "keeping layers back cannot be shown to mend that, so none was tried")
-        floor = any("floor" in s["note"] for s in self.steps)
         return (f"missed {tail}: no ranked layer is left to keep back"
-                + (f" without the int8 share falling below {self.min_int8_share:g}" if floor else ""))
+                + (f" without the int8 share falling below {self.min_int8_share:g}" if self.floor_hit else ""))
 
 
 def _sqnr(m: Measurement) -> float:

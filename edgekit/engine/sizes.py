@@ -26,7 +26,7 @@ from edgekit.calibration.data import SampleSet
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.errors import ConversionFailed
 from edgekit.core.signature import Signature
-from edgekit.core.verify import Verdict, compare
+from edgekit.core.verify import Status, Verdict, compare
 from edgekit.engine.runners import run_isolated
 from edgekit.sources.loading import Source
 from edgekit.targets.inspection import shape_text
@@ -124,15 +124,15 @@ def verify_second_size(source: Source, artifact: ModelArtifact, verdict: Verdict
         outputs, _ = run_isolated(artifact, inputs, inspection=verdict.inspection)
     except ConversionFailed as e:
         reason = f"at the second size ({where}) the artifact does not run: {e.message}"
-        return replace(verdict, status="fail", reasons=verdict.reasons + (reason,), notes=verdict.notes + tuple(notes),
-                       second_size={**record, "status": "fail", "metrics": {}, "reasons": [reason]})
+        return replace(verdict, status=Status.FAIL, reasons=verdict.reasons + (reason,), notes=verdict.notes + tuple(notes),
+                       second_size={**record, "status": str(Status.FAIL), "metrics": {}, "reasons": [reason]})
     split = bool(batch)
     second = compare([_per_sample(r, split) for r in ref],
                      [_per_sample(o, split and np.shape(o) == np.shape(r)) for o, r in zip(outputs, ref)], thresholds,
                      kinds={name: k["kind"] for name, k in verdict.kinds.items()})
-    record.update(status=second.status, metrics=second.metrics, reasons=list(second.reasons))
+    record.update(status=str(second.status), metrics=second.metrics, reasons=list(second.reasons))
     reasons = tuple(f"at the second size ({where}): {r}" for r in second.reasons)
-    return replace(verdict, status="fail" if reasons else verdict.status, reasons=verdict.reasons + reasons,
+    return replace(verdict, status=Status.FAIL if reasons else verdict.status, reasons=verdict.reasons + reasons,
                    notes=verdict.notes + tuple(notes), second_size=record)
 
 

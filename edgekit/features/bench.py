@@ -24,6 +24,7 @@ from edgekit.core.cpu import int8_products_saturate
 from edgekit.core.errors import BadInput, ConversionFailed, reading
 from edgekit.core.quiet import captured
 from edgekit.core.results import ConvertResult
+from edgekit.core.verify import Status
 from edgekit.engine.pipeline import ConvertRequest, convert
 from edgekit.engine.runners import latency_isolated
 from edgekit.core.formats import split_name
@@ -183,7 +184,7 @@ def bench_result(req: ConvertRequest, result: ConvertResult, *, threads: tuple[i
                               source_options=req.source_options)
         results += convert(twin, progress, cache=cache).artifacts
     failed = tuple(f"{Path(r.artifact.path).name} failed verification: {'; '.join(r.verdict.reasons)}"
-                   for r in results if r.verdict.status == "fail")
+                   for r in results if r.verdict.status == Status.FAIL)
     shapes = {spec.name: list(spec.shape) for spec in result.source.signature.inputs}  # a .ptl records none
     report = bench([r.artifact.path for r in results], threads=threads, inputs=inputs or req.eval_data,
                    shapes=shapes, min_seconds=min_seconds, progress=progress)

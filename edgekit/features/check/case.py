@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from edgekit.core.verify import Status
+
 
 @dataclass(frozen=True)
 class Case:
     model: str
     target: str
     precision: str
-    status: str  # pass | fail
+    status: Status
     reasons: tuple[str, ...]
     bytes: int
     metrics: dict

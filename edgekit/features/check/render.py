@@ -7,14 +7,15 @@ import xml.etree.ElementTree as ET
 from edgekit.core.drift import SHOWN
 from edgekit.features.check.case import Case
 from edgekit.core.quant import PASSES
+from edgekit.core.verify import Status
 
 SCHEMA = "edgekit.check/1"
 
 
 def to_json(cases: list[Case]) -> dict:
-    return {"schema": SCHEMA, "passed": sum(c.status == "pass" for c in cases),
-            "failed": sum(c.status == "fail" for c in cases),
-            "cases": [{"model": c.model, "target": c.target, "precision": c.precision, "status": c.status,
+    return {"schema": SCHEMA, "passed": sum(c.status == Status.PASS for c in cases),
+            "failed": sum(c.status == Status.FAIL for c in cases),
+            "cases": [{"model": c.model, "target": c.target, "precision": c.precision, "status": str(c.status),
                        "reasons": list(c.reasons), "bytes": c.bytes, "path": c.path, "metrics": c.metrics,
                        "task_accuracy": c.task_accuracy, "sha256": c.hashes, "tool_versions": c.tool_versions,
                        "changes": list(c.changes), "layers": [d.to_json() for d in c.layers],
@@ -27,11 +28,11 @@ def to_json(cases: list[Case]) -> dict:
 def to_junit(cases: list[Case]) -> str:
     """JUnit XML: one test case per model × target × precision."""
     suite = ET.Element("testsuite", name="edgekit check", tests=str(len(cases)),
-                       failures=str(sum(c.status == "fail" for c in cases)))
+                       failures=str(sum(c.status == Status.FAIL for c in cases)))
     for c in cases:
         case = ET.SubElement(suite, "testcase", classname=f"edgekit.{c.model}", name=f"{c.target} {c.precision}",
                              time=f"{c.seconds:.3f}")
-        if c.status == "fail":
+        if c.status == Status.FAIL:
             failure = ET.SubElement(case, "failure", message="; ".join(c.reasons))
             failure.text = "\n".join([*c.reasons, *_search_lines(c),
                                       *(f"layer {i}: {d.text()}" for i, d in enumerate(c.layers[:5], 1))])
@@ -57,7 +58,7 @@ def _search_lines(c: Case) -> list[str]:
 
 
 def to_markdown(cases: list[Case]) -> str:
-    failed = [c for c in cases if c.status == "fail"]
+    failed = [c for c in cases if c.status == Status.FAIL]
     head = (f"### edgekit check: {'❌ ' + str(len(failed)) + ' failed' if failed else '✅ all passed'} "
             f"({len(cases)} cases)\n\n")
     rows = ["| model | target | precision | status | size | cosine | accuracy src → artifact |",
@@ -66,7 +67,7 @@ def to_markdown(cases: list[Case]) -> str:
         m = c.metrics.get("output_0", {})
         acc = c.task_accuracy
         acc_text = f"{acc['reference'] * 100:.2f}% → {acc['artifact'] * 100:.2f}%" if acc else "—"
-        rows.append(f"| {c.model} | {c.target} | {c.precision} | {'✅ pass' if c.status == 'pass' else '❌ fail'} | "
+        rows.append(f"| {c.model} | {c.target} | {c.precision} | {'✅ pass' if c.status == Status.PASS else '❌ fail'} | "
                     f"{c.bytes:,} B | {m.get('cosine', float('nan')):.6f} | {acc_text} |")
     details = "".join(f"\n- **{c.name}**: " + "; ".join(c.reasons) for c in failed)
     changed = "".join(f"\n- {change}" for c in cases for change in c.changes)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.results import finite
+from edgekit.core.verify import Status
 from edgekit.engine.cache import ArtifactCache
 from edgekit.features.check.baseline import baseline_seeds, compare_baseline, write_baseline
 from edgekit.features.check.case import Case
@@ -30,12 +31,12 @@ class CheckResult:
     @property
     def passed(self) -> tuple[Case, ...]:
         """The cases that met every budget."""
-        return tuple(c for c in self.cases if c.status == "pass")
+        return tuple(c for c in self.cases if c.status == Status.PASS)
 
     @property
     def failed(self) -> tuple[Case, ...]:
         """The cases that failed verification or broke a budget, each with its `reasons` (empty when all passed)."""
-        return tuple(c for c in self.cases if c.status == "fail")
+        return tuple(c for c in self.cases if c.status == Status.FAIL)
 
     @property
     def ok(self) -> bool:

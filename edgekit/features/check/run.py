@@ -18,13 +18,13 @@ from edgekit.core.artifact import sha256_files
 from edgekit.core.errors import EdgekitError
 from edgekit.engine.cache import ArtifactCache
 from edgekit.engine.pipeline import ConvertRequest, Sources, convert, plan, verify_artifacts
-from edgekit.engine.search import parse_budgets
+from edgekit.core.budgets import parse_budgets
 from edgekit.features.attribution import attribute
 from edgekit.features.bench import bench
 from edgekit.features.check.case import Case
 from edgekit.features.check.config import ModelCheck
 from edgekit.core.quant import PASSES, LayerOverride
-from edgekit.core.verify import HIGHER_IS_BETTER
+from edgekit.core.verify import HIGHER_IS_BETTER, Status
 from edgekit.features.check.config import LATENCY_BUDGETS
 from edgekit.features.check.workers import pool
 
@@ -192,7 +192,7 @@ def _judge(m: ModelCheck, r, result, precision: str) -> Case:
     hashes = {"artifact": r.sha256, "model": result.source_sha256,
               "calibration": _file_sha256(m.calibration) if m.calibration and precision == "int8" else None}
     quantization = r.artifact.meta.get("quantization") or {}
-    return Case(m.name, r.target, precision, "fail" if reasons else "pass", tuple(reasons),
+    return Case(m.name, r.target, precision, Status.FAIL if reasons else Status.PASS, tuple(reasons),
                 r.bytes, r.verdict.metrics, acc, r.artifact.path,
                 r.artifact.meta.get("seconds") or 0.0, hashes, dict(r.artifact.meta.get("tool_versions", {})),
                 budget=budget, overrides=tuple(quantization.get("overrides", ())),
@@ -230,12 +230,12 @@ def _timed(models: tuple[ModelCheck, ...], cases: list[Case], progress=None) -> 
                 reasons.append(f"int8 runs {1 / ratio:.2f}× as fast as fp32 (1 thread, host CPU) < budget "
                                f"{budget['min_int8_speedup']:g}×" + (f" — {a.warnings[0]}" if a.warnings else ""))
         out.append(replace(c, latency=latency, reasons=c.reasons + tuple(reasons),
-                           status="fail" if reasons else c.status))
+                           status=Status.FAIL if reasons else c.status))
     return out
 
 
 def _wants_layers(c: Case, attribution: str) -> bool:
-    return c.precision == "int8" and (attribution == "all" or (attribution == "failing" and c.status == "fail"))
+    return c.precision == "int8" and (attribution == "all" or (attribution == "failing" and c.status == Status.FAIL))
 
 
 def attribute_case(m: ModelCheck, c: Case, options: Options, float_path: str | None, sources=None,
