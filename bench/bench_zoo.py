@@ -77,7 +77,8 @@ Columns
                  the verification, in the child process (start-up excluded)
 Below the table, notes give what a cell cannot hold: whole failure lines, why a verdict is fail, notes of the raw
 calls. The machine may be shared: seconds are indicative. Models are built (or reused) in --work. With --merge,
-the rows of --json PATH (an earlier run) are kept for the model × target cells this run does not measure again.
+the rows of --json PATH (an earlier run) are kept for the model × target × side cells this run does not measure
+again.
 """
 
 from __future__ import annotations
@@ -487,14 +488,15 @@ SIDES = ("edgekit", "raw", "nncf")
 
 
 def merged(kept: list[dict], rows: list[dict]) -> list[dict]:
-    """`rows` with the rows of `kept` whose model × target cell is not among them, in zoo × target × side order."""
-    measured = {(r["model"], r["target"]) for r in rows}
+    """`rows` with the rows of `kept` whose model × target × side is not among them (a --skip-raw run keeps the
+    earlier raw and nncf rows), in zoo × target × side order."""
+    measured = {(r["model"], r["target"], r["side"]) for r in rows}
     names = list(zoo.ZOO)
 
     def order(r):
         return names.index(r["model"]) if r["model"] in names else len(names), ALL_TARGETS.index(r["target"]), \
             SIDES.index(r["side"])
-    return sorted([r for r in kept if (r["model"], r["target"]) not in measured] + rows, key=order)
+    return sorted([r for r in kept if (r["model"], r["target"], r["side"]) not in measured] + rows, key=order)
 
 
 def write_outputs(args, rows: list[dict], header: str, total: float, nncf: str | None, earlier: dict | None) -> None:
