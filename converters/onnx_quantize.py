@@ -405,7 +405,7 @@ def squared_stretches(graph) -> list[str]:
 RECURRENT = ("LSTM", "GRU", "RNN")  # onnxruntime's static quantizer has none: W and R stay float
 
 
-def _float_weights(node, inits: dict) -> list[tuple[str, int]]:
+def _float_weights(node) -> list[tuple[str, int]]:
     """(initializer name, output-channel axis) of the float weights of `node` that weight-only int8
     can store: a MatMul's or Gemm's B, a Gather's table (rows), a recurrent layer's W and R (each
     [directions, gates × hidden, inputs]: one scale per gate row)."""
@@ -431,7 +431,7 @@ def int8_weights_only(graph, keep: set[str] = frozenset()) -> None:
     for node in list(graph.node):
         if node.name in keep:
             continue
-        for name, axis in _float_weights(node, inits):
+        for name, axis in _float_weights(node):
             w = numpy_helper.to_array(inits[name]) if name in inits else None
             if w is None or w.dtype != np.float32 or w.ndim != (3 if node.op_type in RECURRENT else 2):
                 continue

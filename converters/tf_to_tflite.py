@@ -43,9 +43,11 @@ class TfToTflite(Converter):
             if ctx.spec.int8_io:
                 converter.inference_input_type = tf.int8
                 converter.inference_output_type = tf.int8
-            model = _with_float_layers(converter, ctx, src) if ctx.spec.layers("float") else converter.convert()
-            if ctx.spec.bias_correction:
+            float_model = None  # the float .tflite, converted once for what needs it
+            if ctx.spec.layers("float") or ctx.spec.bias_correction:
                 float_model = tf.lite.TFLiteConverter.from_saved_model(ctx.source.saved_model(ctx.work_dir)).convert()
+            model = _with_float_layers(converter, ctx, src, float_model) if ctx.spec.layers("float") else converter.convert()
+            if ctx.spec.bias_correction:
                 model, _ = tflite_bias_correction.correct(model, float_model, ctx.calibration, src.signature.input_names)
             out_path.write_bytes(model)
             return ModelArtifact("tflite", str(out_path), src.signature, precision)
@@ -61,14 +63,13 @@ def _representative(samples, names):
     return generate
 
 
-def _with_float_layers(converter, ctx, src) -> bytes:
+def _with_float_layers(converter, ctx, src, float_model: bytes) -> bytes:
     """The int8 model with the spec's float layers left float, through TensorFlow's quantization
     debugger: its `denylisted_nodes` are the names of the ops' output tensors, read here from the
     float model and matched to Keras layers as `edgekit layers` names them."""
     import tensorflow as tf
 
     layers = set(ctx.spec.layers("float"))
-    float_model = tf.lite.TFLiteConverter.from_saved_model(ctx.source.saved_model(ctx.work_dir)).convert()
     interp = tf.lite.Interpreter(model_content=float_model)
     names = {d["index"]: d["name"] for d in interp.get_tensor_details()}
     known = {layer.name for layer in getattr(ctx.source, "keras_model", None).layers} \

@@ -58,9 +58,17 @@ class ArtifactSize:
     fp32_bytes: int | None = None
     notes: tuple[str, ...] = ()
     io_shapes: dict = field(default_factory=dict)  # the inspection's: {"inputs": [...], "outputs": [...]}
-    runtime_needs: tuple[str, ...] = ()  # ids of what it needs beyond a default runtime (the inspection's)
-    needed_modules: tuple[str, ...] = ()  # what a process running it imports for those needs
+    needs: tuple = ()  # the inspection's RuntimeNeeds: what it needs beyond a default runtime
     duplicated_bytes: int = 0  # constant bytes stored more than once (the inspection's)
+
+    @property
+    def runtime_needs(self) -> tuple[str, ...]:
+        return tuple(n.id for n in self.needs)
+
+    @property
+    def needed_modules(self) -> tuple[str, ...]:
+        """What a process running it imports for its needs."""
+        return tuple(sorted({m for n in self.needs for m in n.modules}))
 
     @property
     def bytes(self) -> int:
@@ -177,8 +185,7 @@ def _measure(path: Path, fmt: str) -> ArtifactSize:
         stem=stem, files=files, parameters=parameter_count(ins.weight_bytes_by_dtype),
         weight_bytes_by_dtype=dict(ins.weight_bytes_by_dtype), int8_weight_share=ins.int8_weight_share,
         op_counts=dict(ins.op_counts), largest_tensors=tuple(ins.largest_tensors), notes=tuple(notes),
-        io_shapes=dict(ins.io_shapes), runtime_needs=tuple(n.id for n in ins.needs), duplicated_bytes=ins.duplicated_bytes,
-        needed_modules=tuple(sorted({m for n in ins.needs for m in n.modules})),
+        io_shapes=dict(ins.io_shapes), needs=tuple(ins.needs), duplicated_bytes=ins.duplicated_bytes,
     )
 
 
