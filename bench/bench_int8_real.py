@@ -199,10 +199,11 @@ def raw_side(m, target: str, fp32_onnx: str | None, folder: Path) -> dict:
 def verify(m, path: Path):
     """edgekit's verifier on an artifact made elsewhere: (artifact JSON, error)."""
     from edgekit.sources.loading import SourceOptions
-    from edgekit.engine.pipeline import ConvertRequest, verify_artifacts
+    from edgekit.engine.request import build_request
+    from edgekit.engine.pipeline import verify_artifacts
 
-    req = ConvertRequest(source=str(m.source), targets=("all",), eval_data=str(m.eval), precision="int8",
-                         source_options=SourceOptions(input_shapes=(m.input_shape,) if m.input_shape else ()))
+    req = build_request(source=str(m.source), targets=("all",), eval_data=str(m.eval), precision="int8",
+                        source_options=SourceOptions(input_shapes=(m.input_shape,) if m.input_shape else ()))
     try:
         return verify_artifacts(req, [str(path)]).artifacts[0].to_json(), None
     except Exception as e:  # noqa: BLE001 - reported in the table, as a user of the raw calls would see it

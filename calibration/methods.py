@@ -1,10 +1,9 @@
-"""Calibration methods: their names, how much of the calibration data `auto` holds out, and the
-mixed-scale rule every backend applies (whether a backend has a method: edgekit.engine.plan)."""
+"""Calibration policy shared by the backends: how much of the calibration data `auto` holds out, and
+the mixed-scale rule every backend applies (the methods: edgekit.core.quant.Method; which a backend has:
+its converter's Capabilities)."""
 
 from __future__ import annotations
 
-METHODS = ("minmax", "percentile", "entropy", "mse")
-AUTO = "auto"
 HOLDOUT_FRACTION = 0.2
 
 # A concatenation whose inputs' ranges differ by more than this keeps float, on every backend: at

@@ -13,13 +13,11 @@ from edgekit.core.artifact import ModelArtifact
 from edgekit.core.deps import EXTRAS, missing_modules, versions
 from edgekit.core.errors import ConversionFailed, EdgekitError, MissingDependency, environment_error, first_line
 from edgekit.core.formats import FORMATS, detect
-from edgekit.core.quant import QuantSpec
+from edgekit.core.quant import PRECISIONS, Capabilities, QuantSpec
 
 if TYPE_CHECKING:  # the frameworks' types stay off the CLI's import path
     from edgekit.calibration.data import SampleSet
     from edgekit.sources.loading import Source
-
-PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
 
 # Built-in converters, imported only when the graph is built. Converter modules import their
 # framework inside convert(), so loading a class costs nothing heavy.
@@ -58,7 +56,8 @@ class Converter:
     """One edge of the converter graph.
 
     Subclasses declare `source` and `target` nodes, the `precisions` they can produce, the
-    `extra` that installs their framework and a `cost`, and implement `convert()`. Calling the
+    `extra` that installs their framework, a `cost` and (for int8) their `capabilities`, and implement
+    `convert()`. Calling the
     converter checks the input, runs `convert`, checks the output and names the converter in
     any failure.
     """
@@ -71,12 +70,7 @@ class Converter:
     requires: ClassVar[tuple[str, ...] | None] = None  # modules needed; default: all of the extra's
     cost: ClassVar[float] = 1.0
     tools: ClassVar[tuple[str, ...]] = ()  # modules whose versions go in the report
-    methods: ClassVar[tuple[str, ...]] = ()  # calibration methods native to the backend (for int8)
-    int8_io: ClassVar[bool] = False  # can give the int8 model integer inputs and outputs
-    fallbacks: ClassVar[tuple[str, ...]] = ()  # what a layer kept back from int8 can become (edgekit.core.quant)
-    granularities: ClassVar[tuple[str, ...]] = ("per_channel",)  # of int8 weights
-    bias_correction: ClassVar[bool] = False  # can correct the biases after calibration (edgekit.core.quant)
-    smooth_quant: ClassVar[bool] = False  # can smooth a transformer's linears before calibration (edgekit.core.quant)
+    capabilities: ClassVar[Capabilities] = Capabilities()  # what its int8 can express (edgekit.core.quant)
 
     @classmethod
     def missing(cls) -> tuple[str, ...]:

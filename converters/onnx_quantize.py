@@ -28,7 +28,7 @@ from edgekit.calibration.methods import mixed_scale
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.core.formats import onnx_dims, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
-from edgekit.core.quant import unknown_layers
+from edgekit.core.quant import Capabilities, unknown_layers
 from edgekit.targets.onnx_layers import layer_name
 
 ENTROPY_BINS = 2048  # quantize_static's default (128) leaves entropy a single candidate: MinMax
@@ -39,12 +39,14 @@ class OnnxQuantize(Converter):
     source = "onnx"
     target = "onnx"
     precisions = ("fp16", "int8", "int8-dynamic")
-    methods = ("minmax", "percentile", "entropy")
-    int8_io = True
-    fallbacks = ("int16", "float")  # TensorQuantOverrides with QInt16 activations (a16w8); nodes_to_exclude
-    granularities = ("per_channel", "per_tensor")
-    bias_correction = True  # edgekit.calibration.onnx_bias_correction on the QDQ model
-    smooth_quant = True  # edgekit.calibration.smooth_quant on the float model
+    capabilities = Capabilities(
+        methods=("minmax", "percentile", "entropy"),
+        int8_io=True,
+        fallbacks=("int16", "float"),  # TensorQuantOverrides with QInt16 activations (a16w8); nodes_to_exclude
+        granularities=("per_channel", "per_tensor"),
+        bias_correction=True,  # edgekit.calibration.onnx_bias_correction on the QDQ model
+        smooth_quant=True,  # edgekit.calibration.smooth_quant on the float model
+    )
     extra = "onnx"
     requires = ("onnx", "onnxruntime")  # no torch: ONNX models from TensorFlow take this edge too
     cost = 1.0

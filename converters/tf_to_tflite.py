@@ -10,7 +10,7 @@ from edgekit.calibration import tflite_bias_correction
 from edgekit.core.artifact import ModelArtifact
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.core.drift import keras_layer
-from edgekit.core.quant import unknown_layers
+from edgekit.core.quant import Capabilities, unknown_layers
 
 
 class TfToTflite(Converter):
@@ -18,10 +18,12 @@ class TfToTflite(Converter):
     source = "tf"
     target = "tflite"
     precisions = ("fp32", "fp16", "int8", "int8-dynamic")
-    methods = ("minmax",)  # the converter's calibrator records min/max per tensor; no other choice
-    int8_io = True
-    fallbacks = ("float",)  # the quantization debugger's denylisted nodes
-    bias_correction = True  # edgekit.calibration.tflite_bias_correction on the int8 .tflite
+    capabilities = Capabilities(
+        methods=("minmax",),  # the converter's calibrator records min/max per tensor; no other choice
+        int8_io=True,
+        fallbacks=("float",),  # the quantization debugger's denylisted nodes
+        bias_correction=True,  # edgekit.calibration.tflite_bias_correction on the int8 .tflite
+    )
     extra = "tf"
     requires = ("tensorflow",)
     cost = 1.0

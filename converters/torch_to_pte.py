@@ -16,6 +16,7 @@ from edgekit.core.artifact import ModelArtifact
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.calibration import pt2e
 from edgekit.converters.base import ConvertContext, Converter
+from edgekit.core.quant import Capabilities
 
 
 class TorchToPte(Converter):
@@ -23,12 +24,14 @@ class TorchToPte(Converter):
     source = "torch"
     target = "pte"
     precisions = ("fp32", "fp16", "int8", "int8-dynamic")
-    methods = pt2e.METHODS
-    int8_io = True
-    fallbacks = ("float",)
-    granularities = ("per_channel", "per_tensor")
-    bias_correction = True  # edgekit.calibration.bias_correction on the PT2E graph
-    smooth_quant = True  # edgekit.calibration.smooth_quant on the PT2E graph
+    capabilities = Capabilities(
+        methods=pt2e.METHODS,
+        int8_io=True,
+        fallbacks=("float",),
+        granularities=("per_channel", "per_tensor"),
+        bias_correction=True,  # edgekit.calibration.bias_correction on the PT2E graph
+        smooth_quant=True,  # edgekit.calibration.smooth_quant on the PT2E graph
+    )
     extra = "executorch"
     cost = 1.0
     tools = ("torch", "executorch", "torchao")

@@ -40,6 +40,7 @@ import numpy as np
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.converters.base import ConvertContext, Converter
+from edgekit.core.quant import Capabilities
 
 METHODS = ("minmax", "mse")
 ENGINE = "qnnpack"
@@ -51,8 +52,9 @@ class TorchToPtl(Converter):
     source = "torch"
     target = "ptl"
     precisions = ("fp32", "int8")
-    methods = METHODS
-    int8_io = False
+    capabilities = Capabilities(
+        methods=METHODS,
+    )
     extra = "torch"
     cost = 1.5  # a legacy format: never the cheaper route when another one exists
     tools = ("torch",)

@@ -10,6 +10,7 @@ from edgekit.calibration.tflite_io import float_io
 from edgekit.core.artifact import ModelArtifact
 from edgekit.calibration import pt2e
 from edgekit.converters.base import ConvertContext, Converter
+from edgekit.core.quant import Capabilities
 
 
 class TorchToTflite(Converter):
@@ -17,12 +18,14 @@ class TorchToTflite(Converter):
     source = "torch"
     target = "tflite"
     precisions = ("fp32", "fp16", "int8", "int8-dynamic")
-    methods = pt2e.METHODS
-    int8_io = True
-    fallbacks = ("float",)
-    granularities = ("per_channel", "per_tensor")
-    bias_correction = True  # edgekit.calibration.bias_correction on the PT2E graph
-    smooth_quant = True  # edgekit.calibration.smooth_quant on the PT2E graph
+    capabilities = Capabilities(
+        methods=pt2e.METHODS,
+        int8_io=True,
+        fallbacks=("float",),
+        granularities=("per_channel", "per_tensor"),
+        bias_correction=True,  # edgekit.calibration.bias_correction on the PT2E graph
+        smooth_quant=True,  # edgekit.calibration.smooth_quant on the PT2E graph
+    )
     extra = "tflite"
     cost = 1.0
     tools = ("torch", "litert_torch", "ai_edge_litert", "torchao", "ai_edge_quantizer")

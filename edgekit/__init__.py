@@ -114,50 +114,33 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
     """
     _refuse_unknown(convert, unknown)
     from edgekit.calibration.sources import CalibrationSpec  # local: keeps the engine (~0.4 s) off `import edgekit`
-    from edgekit.converters.base import PRECISIONS  # local: as above
-    from edgekit.core.quant import GRANULARITIES, parse_overrides  # local: as above
     from edgekit.engine.cache import ArtifactCache  # local: as above
-    from edgekit.engine.pipeline import ConvertRequest, convert as run  # local: as above
-    from edgekit.core.budgets import parse_budgets  # local: as above
+    from edgekit.engine.pipeline import convert as run  # local: as above
+    from edgekit.engine.request import build_request  # local: as above
     from edgekit.sources.loading import SourceOptions  # local: as above
 
     _flags(int8=int8, int8_io=int8_io, bias_correction=True if bias_correction is None else bias_correction,
-           smooth_quant=smooth_quant,
-           trust_pickle=trust_pickle, trust_model_code=trust_model_code, cache=cache)
-    if int8:
-        if precision not in ("fp32", "int8"):
-            raise BadInput(f"int8=True contradicts precision={precision!r}", fix="give one of them")
-        precision = "int8"
-    if precision not in PRECISIONS:
-        raise BadInput(f"unknown precision={precision!r}", fix=f"use one of {', '.join(PRECISIONS)}")
-    if not isinstance(granularity, str) or granularity.replace("-", "_") not in GRANULARITIES:
-        raise BadInput(f"unknown granularity={granularity!r}", fix="use 'per-channel' or 'per-tensor'")
+           smooth_quant=smooth_quant, trust_pickle=trust_pickle, trust_model_code=trust_model_code, cache=cache)
+    for keyword, value in (("precision", precision), ("calib_method", calib_method), ("granularity", granularity)):
+        if not isinstance(value, str):
+            raise BadInput(f"{keyword}={value!r} is not a name", fix=f"give {keyword} as a str")
     if calib_samples is not None and (isinstance(calib_samples, bool) or not isinstance(calib_samples, int)):
         raise BadInput(f"calib_samples={calib_samples!r} is not a number of samples", fix="give an int, or None for all")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
-        raise BadInput(f"max_steps={max_steps!r} is not a count of conversions", fix="give an int of 0 or more")
-    if isinstance(min_int8_share, bool) or not isinstance(min_int8_share, (int, float)):
-        raise BadInput(f"min_int8_share={min_int8_share!r} is not a number", fix="give a number from 0 to 1")
-    if calibration is None and (calib_samples is not None or calib_preprocess is not None):
-        raise BadInput("calib_samples and calib_preprocess need calibration=", fix="give the calibration data too")
     _progress(progress)
     _out_folder(out)
-    spec = None
-    if isinstance(calibration, CalibrationSpec):
-        spec = calibration
-    elif calibration is not None:
-        spec = CalibrationSpec(_path(calibration, "calibration"), calib_samples, calib_preprocess)
-    request = ConvertRequest(
-        source=_path(source, "source"), targets=_names(targets), out_dir=os.fspath(out), precision=precision,
-        calibration=spec, calib_method=calib_method, int8_io=int8_io, bias_correction=bias_correction,
-        smooth_quant=smooth_quant, eval_data=_path(eval_data, "eval_data") if eval_data is not None else None,
-        thresholds=_thresholds(thresholds),
+    if calibration is not None and not isinstance(calibration, CalibrationSpec):
+        calibration = _path(calibration, "calibration")
+    request = build_request(
+        _path(source, "source"), _names(targets), os.fspath(out), precision=precision, int8=int8,
+        calibration=calibration, calib_samples=calib_samples, calib_preprocess=calib_preprocess,
+        calib_method=calib_method, eval_data=_path(eval_data, "eval_data") if eval_data is not None else None,
+        thresholds=_mapping(thresholds, "thresholds", {"cosine": 0.999}),
+        output_kinds=_mapping(output_kinds, "output_kinds", {"output_1": "regression"}), int8_io=int8_io,
+        bias_correction=bias_correction, smooth_quant=smooth_quant, granularity=granularity, keep=_keep(keep),
+        budgets=_mapping(budgets, "budgets", {"cosine": 0.99}), min_int8_share=min_int8_share, max_steps=max_steps,
         source_options=SourceOptions(trust_pickle, model_class, _shapes(input_shapes),
                                      _path(example_inputs, "example_inputs") if example_inputs is not None else None,
                                      trust_model_code),
-        granularity=granularity.replace("-", "_"), overrides=parse_overrides(_keep(keep)),
-        budgets=parse_budgets(_mapping(budgets, "budgets", {"cosine": 0.99})), min_int8_share=float(min_int8_share),
-        max_steps=max_steps, output_kinds=_output_kinds(output_kinds),
     )
     with _as_a_command():
         return run(request, progress=progress, cache=ArtifactCache() if cache else None)
@@ -334,31 +317,12 @@ def _mapping(value, keyword: str, example: dict) -> dict:
     return dict(value)
 
 
-def _output_kinds(value) -> dict[str, str]:
-    from edgekit.core.verify import parse_output_kinds  # local: keeps numpy off `import edgekit`
-
-    return parse_output_kinds(f"{k}={v}" for k, v in _mapping(value, "output_kinds", {"output_1": "regression"}).items())
-
-
-def _thresholds(value) -> dict[str, float]:
-    from edgekit.core.verify import HIGHER_IS_BETTER  # local: numpy stays off `import edgekit`
-
-    out = {}
-    for metric, limit in _mapping(value, "thresholds", {"cosine": 0.999}).items():
-        if metric not in HIGHER_IS_BETTER:
-            raise BadInput(f"thresholds: unknown metric {metric!r}", fix=f"use one of {', '.join(HIGHER_IS_BETTER)}")
-        if isinstance(limit, bool) or not isinstance(limit, (int, float)):
-            raise BadInput(f"thresholds: {metric} = {limit!r} is not a number")
-        out[metric] = float(limit)
-    return out
-
-
-def _keep(value) -> list[str]:
-    """`keep` as the command line's --keep items: {layer: precision} or a list of layers (kept float)."""
+def _keep(value) -> Mapping | list[str]:
+    """`keep`: {layer: precision} or a list of layers (kept float)."""
     if value is None:
         return []
     if isinstance(value, Mapping):
-        return [f"{layer}={precision}" for layer, precision in value.items()]
+        return value
     if isinstance(value, str) or not isinstance(value, Iterable):
         raise BadInput(f"keep={value!r}", fix="give {layer: 'float' or 'int16'} or a list of layer names")
     return [str(v) for v in value]

@@ -31,10 +31,11 @@ def run_cli(*args: str, cwd: Path = REPO, timeout: float = 600) -> subprocess.Co
 @pytest.fixture(scope="session")
 def converted_digits(tmp_path_factory):
     """The bundled digits CNN converted to every target and verified on its eval split (once per run)."""
-    from edgekit.engine.pipeline import ConvertRequest, convert
+    from edgekit.engine.request import build_request
+    from edgekit.engine.pipeline import convert
 
     out = tmp_path_factory.mktemp("digits")
-    result = convert(ConvertRequest(str(DIGITS), ("all",), str(out), eval_data=str(DIGITS_EVAL)))
+    result = convert(build_request(str(DIGITS), ("all",), str(out), eval_data=str(DIGITS_EVAL)))
     return result, out
 
 MOBILENET = SAMPLES / "digits_mobilenet.pt2"
@@ -52,11 +53,12 @@ def mobilenet_int8(tmp_path_factory):
 def convert_sample(tmp_path_factory, model, calib, eval_data, precision="fp32", targets=("all",), **options):
     """Convert a bundled sample model to `targets` at `precision`, verified on its eval split."""
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.engine.pipeline import ConvertRequest, convert
+    from edgekit.engine.request import build_request
+    from edgekit.engine.pipeline import convert
 
     out = tmp_path_factory.mktemp(f"{model.stem}-{precision}")
     calibration = CalibrationSpec(str(calib)) if precision == "int8" else None
-    request = ConvertRequest(str(model), tuple(targets), str(out), precision=precision, eval_data=str(eval_data),
+    request = build_request(str(model), tuple(targets), str(out), precision=precision, eval_data=str(eval_data),
                              calibration=calibration, **options)
     return convert(request)
 

@@ -222,10 +222,11 @@ def _artifact(dst: Path, path: Path, fmt: str) -> Seed:
 
 def _convert(out: Path, precision: str, targets=("all",), int8_io: bool = False) -> Path:
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.engine.pipeline import ConvertRequest, convert
+    from edgekit.engine.request import build_request
+    from edgekit.engine.pipeline import convert
 
     calibration = CalibrationSpec(str(DIGITS_CALIB)) if precision == "int8" else None
-    convert(ConvertRequest(str(DIGITS), tuple(targets), str(out), precision=precision, eval_data=str(DIGITS_EVAL),
+    convert(build_request(str(DIGITS), tuple(targets), str(out), precision=precision, eval_data=str(DIGITS_EVAL),
                            calibration=calibration, int8_io=int8_io))
     return out
 

@@ -12,7 +12,8 @@ import pytest
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.errors import BadInput, ConversionFailed
 from edgekit.sources.loading import SourceOptions
-from edgekit.engine.pipeline import ConvertRequest, convert
+from edgekit.engine.request import build_request
+from edgekit.engine.pipeline import convert
 from edgekit.engine import pipeline, runners
 from edgekit.engine.runners import run_isolated
 from edgekit.core.signature import Signature, TensorSpec
@@ -104,7 +105,7 @@ def test_convert_starts_the_runtime_workers_before_it_opens_the_source(tmp_path,
         return open_source(location, options)
 
     monkeypatch.setattr(pipeline, "open_source", spy)
-    result = convert(ConvertRequest(str(DIGITS), ("tflite", "onnx"), str(tmp_path), eval_data=str(DIGITS_EVAL)))
+    result = convert(build_request(str(DIGITS), ("tflite", "onnx"), str(tmp_path), eval_data=str(DIGITS_EVAL)))
     assert all(r.verdict.status == "pass" for r in result.artifacts)
     assert workers_at_open == {"tflite": True, "onnx": True}
 
@@ -120,7 +121,7 @@ def test_a_damaged_artifact_fails_in_its_runtime_not_in_edgekit(converted_digits
 
 
 def test_two_inputs_two_outputs_across_targets(tmp_path):
-    result = convert(ConvertRequest("tests.models:two_inputs", ("all",), str(tmp_path),
+    result = convert(build_request("tests.models:two_inputs", ("all",), str(tmp_path),
                                     source_options=SourceOptions(input_shapes=("image=1,3,8,8", "extra=1,6"))))
     assert result.warnings and "seeded random inputs" in result.warnings[0]
     for r in result.artifacts:
@@ -131,7 +132,7 @@ def test_two_inputs_two_outputs_across_targets(tmp_path):
 def test_conversion_failure_exits_3_and_leaves_no_file(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(ConversionFailed, match=r"torch_to_onnx: DispatchError: No ONNX function found for .*linalg_svd") as info:
-        convert(ConvertRequest("tests.models:unlowerable", ("onnx",), str(out),
+        convert(build_request("tests.models:unlowerable", ("onnx",), str(out),
                                source_options=SourceOptions(input_shapes=("x=1,8,8",))))
     assert info.value.exit_code == 3
     assert not out.exists()  # not even the temporary folder, nor the output folder the run created
@@ -140,16 +141,16 @@ def test_conversion_failure_exits_3_and_leaves_no_file(tmp_path):
 def test_everything_is_checked_before_any_work(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(BadInput, match="unknown target 'coreml'"):
-        convert(ConvertRequest(str(DIGITS), ("tflite", "coreml"), str(out)))
+        convert(build_request(str(DIGITS), ("tflite", "coreml"), str(out)))
     bad_eval = tmp_path / "eval.npz"
     np.savez(bad_eval, x=np.zeros((4, 3, 8, 8), np.float32))
     with pytest.raises(BadInput, match=r"input 'x' has shape \(4, 3, 8, 8\), expected \(N, 1, 8, 8\)"):
-        convert(ConvertRequest(str(DIGITS), ("tflite",), str(out), eval_data=str(bad_eval)))
+        convert(build_request(str(DIGITS), ("tflite",), str(out), eval_data=str(bad_eval)))
     assert not out.exists()
 
 
 def test_a_strict_threshold_fails_the_verdict_but_keeps_the_reported_artifact(tmp_path):
-    result = convert(ConvertRequest(str(DIGITS), ("onnx",), str(tmp_path), eval_data=str(DIGITS_EVAL),
+    result = convert(build_request(str(DIGITS), ("onnx",), str(tmp_path), eval_data=str(DIGITS_EVAL),
                                     thresholds={"max_abs": 0.0}))
     (r,) = result.artifacts
     if r.verdict.metrics["output_0"]["max_abs"] == 0.0:

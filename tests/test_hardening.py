@@ -301,7 +301,8 @@ def test_the_json_describes_the_files_this_run_placed(tmp_path):
     """A second run that places its own digits_cnn.onnx while the first is still converting another target
     does not change what the first reports."""
     from edgekit.core.artifact import sha256_files
-    from edgekit.engine.pipeline import ConvertRequest, convert
+    from edgekit.engine.request import build_request
+    from edgekit.engine.pipeline import convert
 
     out = tmp_path / "out"
     other = tmp_path / "digits_cnn.pt2"
@@ -310,14 +311,14 @@ def test_the_json_describes_the_files_this_run_placed(tmp_path):
 
     def progress(message: str) -> None:
         if message.startswith("ptl: converting") and not second:
-            second["result"] = convert(ConvertRequest(str(other), ("onnx",), str(out)))
+            second["result"] = convert(build_request(str(other), ("onnx",), str(out)))
 
-    first = convert(ConvertRequest(str(DIGITS), ("onnx", "ptl"), str(out)), progress)
+    first = convert(build_request(str(DIGITS), ("onnx", "ptl"), str(out)), progress)
     mine, theirs = first.to_json()["artifacts"][0], second["result"].to_json()["artifacts"][0]
     assert mine["path"] == theirs["path"] == str(out / "digits_cnn.onnx")
     assert mine["sha256"] != theirs["sha256"]
     assert theirs["sha256"] == sha256_files(theirs["files"])  # what is on disk now is the second run's
-    reference = convert(ConvertRequest(str(DIGITS), ("onnx",), str(tmp_path / "alone"))).to_json()["artifacts"][0]
+    reference = convert(build_request(str(DIGITS), ("onnx",), str(tmp_path / "alone"))).to_json()["artifacts"][0]
     assert (mine["sha256"], mine["bytes"]) == (reference["sha256"], reference["bytes"])
 
 

@@ -11,7 +11,8 @@ from edgekit.core import io_params
 from edgekit.calibration.sources import CalibrationSpec
 from edgekit.core.formats import detect
 from edgekit.engine.graph import Graph
-from edgekit.engine.pipeline import ConvertRequest, convert
+from edgekit.engine.request import build_request
+from edgekit.engine.pipeline import convert
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, onnx_integer_type, run_cli
 
 pytestmark = pytest.mark.slow
@@ -22,7 +23,7 @@ EP_KEYS = {"suitability", "partitions", "supported_nodes", "nodes", "unsupported
 def _convert(tmp_path_factory, precision: str):
     out = tmp_path_factory.mktemp(f"ort-{precision}")
     calibration = CalibrationSpec(str(DIGITS_CALIB)) if precision == "int8" else None
-    (r,) = convert(ConvertRequest(str(DIGITS), ("ort",), str(out), precision=precision, eval_data=str(DIGITS_EVAL),
+    (r,) = convert(build_request(str(DIGITS), ("ort",), str(out), precision=precision, eval_data=str(DIGITS_EVAL),
                                   calibration=calibration)).artifacts
     return r
 

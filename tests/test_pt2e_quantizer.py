@@ -123,7 +123,8 @@ def test_a_cat_of_pixel_boxes_and_scores_stays_float_and_scores_survive(tmp_path
     (0..320) and scores (0..1); edgekit keeps that cat float. (LiteRT's converter refuses this
     head at int8 with or without edgekit: its sigmoid's fixed scale meets a transpose it inserts.)"""
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.engine.pipeline import ConvertRequest, convert
+    from edgekit.engine.request import build_request
+    from edgekit.engine.pipeline import convert
     from edgekit.core.verify import METRICS
 
     rng = np.random.default_rng(0)
@@ -140,7 +141,7 @@ def test_a_cat_of_pixel_boxes_and_scores_stays_float_and_scores_survive(tmp_path
         collapsed = np.stack([plain(torch.from_numpy(i)).numpy() for i in images[16:]])
     assert METRICS["channel_cosine"](ref, collapsed) < 0.5  # the backend alone
 
-    result = convert(ConvertRequest(str(tmp_path / "det.pt2"), ("executorch",), str(tmp_path / "out"),
+    result = convert(build_request(str(tmp_path / "det.pt2"), ("executorch",), str(tmp_path / "out"),
                                     precision="int8", eval_data=str(tmp_path / "eval.npz"),
                                     calibration=CalibrationSpec(str(tmp_path / "calib.npz"))))
     for r in result.artifacts:

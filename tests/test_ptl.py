@@ -13,7 +13,8 @@ from edgekit.calibration.sources import CalibrationSpec
 from edgekit.core.errors import ConversionFailed
 from edgekit.engine.graph import Graph
 from edgekit.sources.loading import SourceOptions
-from edgekit.engine.pipeline import ConvertRequest, convert
+from edgekit.engine.request import build_request
+from edgekit.engine.pipeline import convert
 from edgekit.engine.plan import resolve_targets
 from edgekit.core.signature import Signature, TensorSpec
 from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL,
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 def to_ptl(out, model, eval_data, precision="fp32", calib=None):
     calibration = CalibrationSpec(str(calib)) if precision == "int8" else None
-    (r,) = convert(ConvertRequest(str(model), ("ptl",), str(out), precision=precision, eval_data=str(eval_data),
+    (r,) = convert(build_request(str(model), ("ptl",), str(out), precision=precision, eval_data=str(eval_data),
                                   calibration=calibration)).artifacts
     return r
 
@@ -128,10 +129,10 @@ def test_control_flow_is_fp32_only_with_a_clear_error(tmp_path):
     model = tmp_path / "branchy.pt"
     torch.jit.script(Branchy().eval()).save(str(model))
     options = SourceOptions(input_shapes=("x=1,16",))
-    (r,) = convert(ConvertRequest(str(model), ("ptl",), str(tmp_path / "fp32"), source_options=options)).artifacts
+    (r,) = convert(build_request(str(model), ("ptl",), str(tmp_path / "fp32"), source_options=options)).artifacts
     assert r.verdict.status == "pass", r.verdict.reasons
     assert r.verdict.inspection["op_counts"]["aten::linear"] == 2  # both branches are in the file
     with pytest.raises(ConversionFailed, match="FX quantization cannot take control flow") as info:
-        convert(ConvertRequest(str(model), ("ptl",), str(tmp_path / "int8"), precision="int8", source_options=options,
+        convert(build_request(str(model), ("ptl",), str(tmp_path / "int8"), precision="int8", source_options=options,
                                calibration=CalibrationSpec("random")))
     assert info.value.exit_code == 3 and "ptl at fp32" in info.value.fix

@@ -10,7 +10,8 @@ import pytest
 from edgekit.core import io_params
 from edgekit.calibration.sources import CalibrationSpec
 from edgekit.core.errors import BadInput
-from edgekit.engine.pipeline import ConvertRequest, convert
+from edgekit.engine.request import build_request
+from edgekit.engine.pipeline import convert
 from edgekit.core.verify import THRESHOLDS, compare
 from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL,
                             convert_sample, onnx_integer_type, run_cli)
@@ -113,7 +114,7 @@ def test_mobilenet_int8_is_small_really_int8_and_accurate(tmp_path_factory, mobi
 @pytest.mark.parametrize("target, method", [("onnx", "entropy"), ("onnx", "percentile"), ("tflite", "mse"),
                                             ("executorch", "percentile")])
 def test_each_method_by_name(tmp_path, target, method):
-    result = convert(ConvertRequest(str(DIGITS), (target,), str(tmp_path), precision="int8",
+    result = convert(build_request(str(DIGITS), (target,), str(tmp_path), precision="int8",
                                     eval_data=str(DIGITS_EVAL), calibration=CalibrationSpec(str(DIGITS_CALIB)),
                                     calib_method=method))
     (r,) = result.artifacts
@@ -125,11 +126,11 @@ def test_each_method_by_name(tmp_path, target, method):
 def test_a_method_the_backend_lacks_is_an_error_not_a_substitute(tmp_path):
     calib = CalibrationSpec(str(DIGITS_CALIB))
     with pytest.raises(BadInput, match=r"the tflite backend has no 'entropy' calibration \(it has minmax, percentile, mse\)") as info:
-        convert(ConvertRequest(str(DIGITS), ("tflite", "onnx"), str(tmp_path), precision="int8", calibration=calib,
+        convert(build_request(str(DIGITS), ("tflite", "onnx"), str(tmp_path), precision="int8", calibration=calib,
                                calib_method="entropy"))
-    assert "'entropy' is available for: onnx" in info.value.fix
+    assert "targets that can: onnx" in info.value.fix
     with pytest.raises(BadInput, match=r"the onnx backend has no 'mse' calibration"):
-        convert(ConvertRequest(str(DIGITS), ("onnx",), str(tmp_path), precision="int8", calibration=calib,
+        convert(build_request(str(DIGITS), ("onnx",), str(tmp_path), precision="int8", calibration=calib,
                                calib_method="mse"))
     assert list(tmp_path.iterdir()) == []
 

@@ -17,7 +17,8 @@ import pytest
 
 from edgekit.calibration.sources import CalibrationSpec
 from edgekit.sources.loading import SourceOptions
-from edgekit.engine.pipeline import ConvertRequest, convert, verify_artifacts
+from edgekit.engine.request import build_request
+from edgekit.engine.pipeline import convert, verify_artifacts
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -36,7 +37,7 @@ def real(tmp_path_factory):
 
 
 def _int8(model, targets, out: Path, **options):
-    return convert(ConvertRequest(str(model.source), tuple(targets), str(out), precision="int8",
+    return convert(build_request(str(model.source), tuple(targets), str(out), precision="int8",
                                   eval_data=str(model.eval), calibration=CalibrationSpec(str(model.calib)),
                                   **options))
 
@@ -114,7 +115,7 @@ def test_detector_scores_survive_int8_and_a_collapsed_quantization_fails(real, t
 
     quantize_static(str(pre), str(raw), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
-    request = ConvertRequest(str(model.source), ("onnx",), str(tmp_path), eval_data=str(model.eval), **options)
+    request = build_request(str(model.source), ("onnx",), str(tmp_path), eval_data=str(model.eval), **options)
     collapsed = verify_artifacts(request, [str(raw)]).artifacts[0].verdict
     assert collapsed.metrics["output_0"]["cosine"] > 0.99  # the whole-output cosine is fooled by the boxes
     assert collapsed.status == "fail"

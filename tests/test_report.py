@@ -29,11 +29,12 @@ EXPECTED = {f"digits_cnn{'' if p == 'fp32' else '.' + p}{ext}": (fmt, p)
 def artifacts(tmp_path_factory) -> Path:
     """The digits CNN on every target at every precision it reaches — one folder."""
     from edgekit.calibration.sources import CalibrationSpec
-    from edgekit.engine.pipeline import ConvertRequest, convert
+    from edgekit.engine.request import build_request
+    from edgekit.engine.pipeline import convert
 
     out = tmp_path_factory.mktemp("report")
     for precision in PRECISIONS:
-        convert(ConvertRequest(str(DIGITS), ("all",), str(out), precision=precision,
+        convert(build_request(str(DIGITS), ("all",), str(out), precision=precision,
                                calibration=CalibrationSpec(str(DIGITS_CALIB)) if precision == "int8" else None))
     return out
 

@@ -10,7 +10,8 @@ import pytest
 from edgekit.core.errors import BadInput
 from edgekit.engine.graph import Graph
 from edgekit.sources.loading import open_source
-from edgekit.engine.pipeline import ConvertRequest, convert
+from edgekit.engine.request import build_request
+from edgekit.engine.pipeline import convert
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, KERAS, KERAS_CALIB, KERAS_EVAL, convert_sample, run_cli
 
 pytestmark = pytest.mark.slow
@@ -42,7 +43,7 @@ def test_keras_digits_to_every_reachable_target(tmp_path_factory, precision):
 def test_keras_int8_io_tflite(tmp_path):
     from edgekit.calibration.sources import CalibrationSpec
 
-    result = convert(ConvertRequest(str(KERAS), ("tflite",), str(tmp_path), precision="int8", eval_data=str(KERAS_EVAL),
+    result = convert(build_request(str(KERAS), ("tflite",), str(tmp_path), precision="int8", eval_data=str(KERAS_EVAL),
                                     calibration=CalibrationSpec(str(KERAS_CALIB)), int8_io=True))
     (r,) = result.artifacts
     assert r.verdict.status == "pass", r.verdict.reasons
@@ -56,7 +57,7 @@ def test_savedmodel_directory_as_source(tmp_path):
     saved = tmp_path / "digits_savedmodel"
     keras.models.load_model(KERAS, compile=False).export(
         str(saved), verbose=False, input_signature=[tf.TensorSpec((1, 8, 8, 1), tf.float32, name="x")])
-    result = convert(ConvertRequest(str(saved), ("tflite",), str(tmp_path / "out"), eval_data=str(KERAS_EVAL)))
+    result = convert(build_request(str(saved), ("tflite",), str(tmp_path / "out"), eval_data=str(KERAS_EVAL)))
     (r,) = result.artifacts
     assert result.source.format == "tf-savedmodel"
     assert r.verdict.status == "pass" and r.verdict.metrics["output_0"]["cosine"] >= 0.9999
@@ -70,7 +71,7 @@ def test_onnx_source_to_int8(converted_digits, tmp_path):
     src = open_source(onnx_path)
     assert src.artifact.format == "onnx" and len(src.artifact.files) == 2  # external data travels along
     assert src.signature.describe() == "x=1,1,8,8 (float32)"
-    result = convert(ConvertRequest(onnx_path, ("all",), str(tmp_path), precision="int8", eval_data=str(DIGITS_EVAL),
+    result = convert(build_request(onnx_path, ("all",), str(tmp_path), precision="int8", eval_data=str(DIGITS_EVAL),
                                     calibration=CalibrationSpec(str(DIGITS_CALIB))))
     targets = by_target(result)
     assert "onnx" in targets and "tflite" not in targets

@@ -121,34 +121,20 @@ def convert(
     bench: Annotated[bool, typer.Option("--bench", help="Also time each artifact in its runtime (host CPU latency, 1 thread and all cores); at int8 the fp32 artifacts are made too, for the ratio.")] = False,
 ):
     """Convert MODEL to each target and verify every artifact against the source model."""
-    from edgekit.calibration.sources import CalibrationSpec
     from edgekit.cli.render import Reporter, render_bench, render_result
-    from edgekit.sources.loading import SourceOptions
-    from edgekit.engine.pipeline import ConvertRequest
     from edgekit.engine.pipeline import convert as run
-    from edgekit.core.quant import GRANULARITIES, parse_overrides
-    from edgekit.core.budgets import parse_budgets
-    from edgekit.core.verify import parse_output_kinds, parse_thresholds
+    from edgekit.engine.request import build_request
+    from edgekit.sources.loading import SourceOptions
 
-    if int8:
-        if precision not in ("fp32", "int8"):
-            raise BadInput(f"--int8 contradicts --precision {precision}")
-        precision = "int8"
-    if granularity.replace("-", "_") not in GRANULARITIES:
-        raise BadInput(f"unknown --granularity {granularity!r}", fix="use per-channel or per-tensor")
-    if max_steps < 0:
-        raise BadInput(f"--max-steps {max_steps} is negative")
     _output_folder(out)
     reporter = Reporter(_stderr())
-    request = ConvertRequest(
-        source=model, targets=tuple(target), out_dir=str(out), precision=precision,
-        calibration=CalibrationSpec(calib, calib_samples, calib_preprocess) if calib else None,
-        calib_method=calib_method, int8_io=int8_io, bias_correction=bias_correction, smooth_quant=smooth_quant,
-        eval_data=str(eval_data) if eval_data else None, thresholds=parse_thresholds(threshold),
+    request = build_request(
+        model, target, out, precision=precision, int8=int8, calibration=calib, calib_samples=calib_samples,
+        calib_preprocess=calib_preprocess, calib_method=calib_method, eval_data=eval_data, thresholds=threshold,
+        output_kinds=output_kind, int8_io=int8_io, bias_correction=bias_correction, smooth_quant=smooth_quant,
+        granularity=granularity, keep=keep, budgets=budget, min_int8_share=min_int8_share, max_steps=max_steps,
         source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
                                      str(example_inputs) if example_inputs else None, trust_model_code),
-        granularity=granularity.replace("-", "_"), overrides=parse_overrides(keep), budgets=parse_budgets(budget),
-        min_int8_share=min_int8_share, max_steps=max_steps, output_kinds=parse_output_kinds(output_kind),
     )
     cache = _cache(no_cache)
     result = run(request, progress=reporter.step, cache=cache)
@@ -270,11 +256,10 @@ def bench(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="With a source model: convert and verify again even when the artifact cache holds the result.")] = False,
 ):
     """Host CPU latency of each artifact in its own runtime (1 thread and all cores), its peak memory, and int8 ÷ fp32."""
-    from edgekit.calibration.sources import CalibrationSpec
     from edgekit.cli.render import Reporter, render_bench
     from edgekit.core.formats import detect
     from edgekit.core.signature import parse_input_shapes
-    from edgekit.engine.pipeline import ConvertRequest
+    from edgekit.engine.request import build_request
     from edgekit.features import bench as timing
     from edgekit.sources.loading import SourceOptions
     from edgekit.targets import TARGETS
@@ -288,10 +273,8 @@ def bench(
     source = len(paths) == 1 and not paths[0].is_dir() and detect(paths[0]) not in artifact_formats
     if source:
         _output_folder(out)
-        request = ConvertRequest(str(paths[0]), tuple(target), str(out), eval_data=str(eval_data) if eval_data else None,
-                                 source_options=SourceOptions(trust_pickle, None, tuple(input_shape), None, trust_model_code),
-                                 calibration=CalibrationSpec(calib) if calib else None,
-                                 precision="int8" if calib else "fp32")
+        request = build_request(paths[0], target, out, eval_data=eval_data, calibration=calib, int8=bool(calib),
+                                source_options=SourceOptions(trust_pickle, None, tuple(input_shape), None, trust_model_code))
         report = timing.bench_conversion(request, threads=counts, min_seconds=min_seconds, progress=reporter.step,
                                          cache=_cache(no_cache), inputs=str(inputs) if inputs else None)
     else:

@@ -62,3 +62,27 @@ def parse_budgets(items) -> tuple[Budget, ...]:
         except (TypeError, ValueError):
             raise BadInput(f"budget {metric}: {value!r} is not a number", fix="write --budget METRIC=VALUE") from None
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """An accuracy-aware int8 conversion's terms (edgekit.engine.search): the budgets to meet, the least
+    share of weight bytes that stays int8, and the most conversions after full int8. No budgets: no search."""
+
+    budgets: tuple[Budget, ...] = ()
+    min_int8_share: float = 0.8
+    max_steps: int = 8
+
+    def __post_init__(self):
+        if isinstance(self.min_int8_share, bool) or not isinstance(self.min_int8_share, (int, float)) \
+                or not 0 <= self.min_int8_share <= 1:
+            raise BadInput(f"--min-int8-share {self.min_int8_share!r} is not a share", fix="give a number from 0 to 1")
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < 0:
+            raise BadInput(f"--max-steps {self.max_steps!r} is not a count of conversions", fix="give an int of 0 or more")
+
+    def __bool__(self) -> bool:
+        return bool(self.budgets)
+
+    def to_json(self) -> dict:
+        return {"budgets": sorted(b.text() for b in self.budgets), "min_int8_share": self.min_int8_share,
+                "max_steps": self.max_steps}

@@ -1,10 +1,13 @@
 """The quantization spec: what a converter is asked to make, typed, from the CLI down to each backend.
 
 A spec says the precision, the calibration method, the bit widths and granularity of weights and
-activations, and per-layer overrides: layers that keep float, or int16 activations (a16w8) where the
-backend has them. Layers are named as `edgekit layers` names them (module paths for torch sources,
-layer names for Keras, node names for ONNX). Each int8 converter maps the spec onto its backend's own
-mechanism and refuses, before any work, what that backend cannot express (`check_expressible`).
+activations, the whole-model passes, and per-layer overrides: layers that keep float, or int16
+activations (a16w8) where the backend has them. Layers are named as `edgekit layers` names them (module
+paths for torch sources, layer names for Keras, node names for ONNX).
+
+A request's spec may leave choices to edgekit (method `auto`, bias correction None: wherever the backend
+has it); `QuantSpec.for_backend` settles them for one int8 converter, whose `Capabilities` say what it
+can express — `Capabilities.lacks` is the one check, run before any work.
 
 Budgets (`--budget cosine=0.995`) are the metric values an accuracy-aware int8 conversion must reach
 (see edgekit.engine.search).
@@ -13,7 +16,9 @@ Budgets (`--budget cosine=0.995`) are the metric values an accuracy-aware int8 c
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from itertools import product
+from typing import Callable
 
 from edgekit.core.errors import BadInput
 
@@ -22,8 +27,30 @@ from edgekit.core.errors import BadInput
 PASSES = {"smooth_quant": "SmoothQuant", "bias_correction": "bias correction"}
 PASS_TARGETS = {"smooth_quant": "tflite from torch sources, executorch, onnx and ort",
                 "bias_correction": "tflite, executorch, onnx and ort"}  # for messages: who has each pass
+PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
 FALLBACKS = ("int16", "float")  # what a layer kept back from int8 becomes, the cheaper first
 GRANULARITIES = ("per_channel", "per_tensor")
+
+
+class Method(StrEnum):
+    """A calibration method: how the int8 ranges are chosen from the calibration data's statistics. AUTO
+    tries every method the backend has on held-out samples and keeps the one with the least drift."""
+
+    MINMAX = "minmax"
+    PERCENTILE = "percentile"
+    ENTROPY = "entropy"
+    MSE = "mse"
+    AUTO = "auto"
+
+    @classmethod
+    def parse(cls, text) -> "Method":
+        try:
+            return cls(str(text).strip().lower())
+        except ValueError:
+            raise BadInput(f"unknown calibration method {text!r}", fix=f"use one of {', '.join(cls)}") from None
+
+
+METHODS = tuple(m for m in Method if m is not Method.AUTO)
 
 
 @dataclass(frozen=True)
@@ -44,15 +71,42 @@ class LayerOverride:
 
 @dataclass(frozen=True)
 class QuantSpec:
-    precision: str = "fp32"  # fp32 | fp16 | int8 | int8-dynamic
-    method: str = "minmax"  # a concrete calibration method (never "auto")
+    """What a converter is asked to make. Converters only ever see a spec settled for them
+    (`for_backend`): a concrete method and bias correction on or off."""
+
+    precision: str = "fp32"  # one of PRECISIONS
+    method: Method = Method.MINMAX
     weight_bits: int = 8
     activation_bits: int = 8
     granularity: str = "per_channel"  # of the weights
     int8_io: bool = False
-    bias_correction: bool = False  # edgekit.calibration.bias_correction, after calibration
+    bias_correction: bool | None = False  # edgekit.calibration.bias_correction, after calibration; None: the backend's default
     smooth_quant: bool = False  # edgekit.calibration.smooth_quant, before calibration
     overrides: tuple[LayerOverride, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        object.__setattr__(self, "method", Method.parse(self.method))
+        if self.precision not in PRECISIONS:
+            raise BadInput(f"unknown precision {self.precision!r}", fix=f"use one of {', '.join(PRECISIONS)}")
+        if self.granularity not in GRANULARITIES:
+            raise BadInput(f"unknown granularity {self.granularity.replace('_', '-')!r}", fix="use per-channel or per-tensor")
+        if self.precision == "int8":
+            return
+        if self.int8_io:
+            raise BadInput("--int8-io needs --precision int8 (or --int8)")
+        if self.bias_correction:
+            raise BadInput("--bias-correction needs --precision int8 (or --int8): it corrects a calibrated model")
+        if self.smooth_quant:
+            raise BadInput("--smooth-quant needs --precision int8 (or --int8): it smooths the activations that "
+                           "static int8 quantizes")
+        if self.overrides:
+            raise BadInput("--keep needs --precision int8 (or --int8): it keeps layers of a static int8 model back")
+
+    def for_backend(self, capabilities: "Capabilities", method: Method | None = None) -> "QuantSpec":
+        """This spec settled for one int8 backend: `method` (else this spec's, which must not be AUTO) and
+        bias correction on where the backend has it unless the spec says otherwise (the default recipe)."""
+        bias = self.bias_correction if self.bias_correction is not None else capabilities.bias_correction
+        return replace(self, method=method or self.method, bias_correction=bias)
 
     def layers(self, precision: str) -> tuple[str, ...]:
         """The layers overridden to `precision` ("float" or "int16"), in the order given."""
@@ -64,10 +118,72 @@ class QuantSpec:
         return replace(self, overrides=(*kept, LayerOverride(layer, precision)))
 
     def to_json(self) -> dict:
-        return {"precision": self.precision, "method": self.method, "weight_bits": self.weight_bits,
+        return {"precision": self.precision, "method": str(self.method), "weight_bits": self.weight_bits,
                 "activation_bits": self.activation_bits, "granularity": self.granularity,
                 "int8_io": self.int8_io, "bias_correction": self.bias_correction, "smooth_quant": self.smooth_quant,
                 "overrides": [o.to_json() for o in self.overrides]}
+
+
+@dataclass(frozen=True)
+class Lack:
+    """What an int8 backend cannot do of a spec: `reason` completes "the <target> backend ...", `short` is
+    the same for a list of targets left out, and `has` tells whether another backend's Capabilities have it."""
+
+    reason: str
+    short: str
+    fix: str
+    has: Callable[["Capabilities"], bool]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an int8 converter can express, declared by it and checked against a spec before any work."""
+
+    methods: tuple[Method, ...] = ()  # calibration methods native to the backend
+    int8_io: bool = False  # integer model inputs and outputs
+    granularities: tuple[str, ...] = ("per_channel",)  # of int8 weights
+    fallbacks: tuple[str, ...] = ()  # what a layer kept back from int8 can become (FALLBACKS)
+    bias_correction: bool = False  # whole-model passes (PASSES) it has
+    smooth_quant: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "methods", tuple(Method.parse(m) for m in self.methods))
+
+    def passes(self) -> tuple[str, ...]:
+        """The whole-model passes (PASSES) this backend has, in the order they are tried."""
+        return tuple(p for p in PASSES if getattr(self, p))
+
+    def lacks(self, spec: QuantSpec) -> Lack | None:
+        """The first thing of `spec` this backend cannot express, or None (AUTO is every method it has)."""
+        method = spec.method
+        if method is not Method.AUTO and method not in self.methods:
+            have = ", ".join(self.methods)
+            return Lack(f"has no '{method}' calibration (it has {have})", f"no '{method}' calibration (it has {have})",
+                        f"use --calib-method {' or '.join(self.methods)} or auto", lambda c: method in c.methods)
+        if spec.weight_bits != 8 or spec.activation_bits != 8:
+            return Lack(f"quantizes to 8-bit weights and activations, not w{spec.weight_bits}a{spec.activation_bits}",
+                        f"no w{spec.weight_bits}a{spec.activation_bits}",
+                        "keep single layers at int16 activations with --keep LAYER=int16 where the backend has it",
+                        lambda c: False)
+        if spec.int8_io and not self.int8_io:
+            return Lack("cannot give a model integer inputs and outputs", "no integer inputs and outputs",
+                        "drop --int8-io for this target", lambda c: c.int8_io)
+        for name, label in PASSES.items():
+            if getattr(spec, name) and not getattr(self, name):
+                return Lack(f"has no {label}", f"no {label}",
+                            f"drop --{name.replace('_', '-')} for this target ({PASS_TARGETS[name]} have it)",
+                            lambda c, name=name: getattr(c, name))
+        if spec.granularity not in self.granularities:
+            shown = spec.granularity.replace("_", "-")
+            return Lack(f"has no {shown} weight quantization", f"no {shown} weights",
+                        f"use {' or '.join(g.replace('_', '-') for g in self.granularities)}",
+                        lambda c: spec.granularity in c.granularities)
+        for o in spec.overrides:
+            if o.precision not in self.fallbacks:
+                having = " or ".join(self.fallbacks) or "nothing: it quantizes the whole model"
+                return Lack(f"cannot keep layer {o.layer!r} at {o.precision}", f"cannot keep layers at {o.precision}",
+                            f"it can keep layers at {having}", lambda c, p=o.precision: p in c.fallbacks)
+        return None
 
 
 def auto_specs(base: QuantSpec, methods, passes) -> list[QuantSpec]:
@@ -91,26 +207,6 @@ def parse_overrides(items) -> tuple[LayerOverride, ...]:
     if twice:
         raise BadInput(f"layer(s) {', '.join(twice)} overridden more than once", fix="give each layer one --keep")
     return tuple(out)
-
-
-def check_expressible(spec: QuantSpec, converter, target: str) -> None:
-    """Refuse, before any work, what the int8 `converter` (a Converter class) cannot express."""
-    if spec.weight_bits != 8 or spec.activation_bits != 8:
-        raise BadInput(f"the {target} backend quantizes to 8-bit weights and activations, not "
-                       f"w{spec.weight_bits}a{spec.activation_bits}",
-                       fix="keep single layers at int16 activations with --keep LAYER=int16 where the backend has it")
-    for name, label in PASSES.items():
-        if getattr(spec, name) and not getattr(converter, name):
-            raise BadInput(f"the {target} backend has no {label}",
-                           fix=f"drop --{name.replace('_', '-')} for this target ({PASS_TARGETS[name]} have it)")
-    if spec.granularity not in converter.granularities:
-        raise BadInput(f"the {target} backend has no {spec.granularity.replace('_', '-')} weight quantization",
-                       fix=f"use {' or '.join(g.replace('_', '-') for g in converter.granularities)}")
-    for o in spec.overrides:
-        if o.precision not in converter.fallbacks:
-            having = " or ".join(converter.fallbacks) or "nothing: it quantizes the whole model"
-            raise BadInput(f"the {target} backend cannot keep layer {o.layer!r} at {o.precision}",
-                           fix=f"it can keep layers at {having}")
 
 
 def unknown_layers(asked, known, what: str) -> BadInput:

@@ -369,7 +369,8 @@ def parse_thresholds(items: list[str] | tuple[str, ...]) -> dict[str, float]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or key not in HIGHER_IS_BETTER:
-            raise BadInput(f"cannot read --threshold {item!r}", fix=f"write METRIC=VALUE with a metric of {', '.join(HIGHER_IS_BETTER)}")
+            raise BadInput(f"cannot read --threshold {item!r}" + (f": unknown metric {key!r}" if sep else ""),
+                           fix=f"write METRIC=VALUE with a metric of {', '.join(HIGHER_IS_BETTER)}")
         try:
             out[key] = float(value)
         except ValueError:

@@ -185,10 +185,8 @@ def request_key(plan) -> dict:
                          "samples": req.calibration.samples, "preprocess": req.calibration.preprocess}
                         if plan.calibrated else None),
         "eval": _data_key(req.eval_data, "the eval data") if req.eval_data else None,
-        "spec": req.spec(req.calib_method).to_json() if plan.calibrated else None,
-        "calib_method": req.calib_method if plan.calibrated else None,
-        "budgets": sorted(b.text() for b in req.budgets), "min_int8_share": req.min_int8_share,
-        "max_steps": req.max_steps, "thresholds": sorted(plan.thresholds.items()), "precision": req.precision,
+        "spec": req.quant.to_json() if plan.calibrated else None,  # as asked: `auto` and the default recipe unsettled
+        **req.search.to_json(), "thresholds": sorted(plan.thresholds.items()), "precision": req.precision,
         "output_kinds": sorted(req.output_kinds.items()),
     }
 

@@ -15,14 +15,13 @@ from edgekit.calibration import smooth_quant
 from edgekit.core.artifact import ModelArtifact
 from edgekit.engine.build import Intermediates, Progress, build, place
 from edgekit.calibration.data import SampleSet
-from edgekit.calibration.methods import AUTO
 from edgekit.core.errors import ConversionFailed
 from edgekit.engine.graph import Route
 from edgekit.engine.layers import SAMPLES, float_reference, rank_layers
 from edgekit.engine.search import Measurement, Search, StopReason
 from edgekit.engine.sizes import verify_second_size
 from edgekit.sources.loading import Source
-from edgekit.core.quant import PASSES, QuantSpec, auto_specs
+from edgekit.core.quant import PASSES, Method, QuantSpec, auto_specs
 from edgekit.core.quiet import captured
 from edgekit.converters.base import ConvertContext
 from edgekit.core.results import ArtifactResult
@@ -61,15 +60,15 @@ class TargetJob:
             step = route.quantizing_step
             calibration = None
             if step is None:
-                artifact = self._route(target, route, tmp, self.req.spec("minmax"))
+                artifact = self._route(target, route, tmp, self.req.spec_for())
             else:
-                if self.req.calib_method == AUTO:
+                if self.req.auto:
                     artifact, spec, calibration = self._auto(target, route, step, tmp)
                 else:
-                    artifact, spec, calibration = (None, self.req.spec(self.req.calib_method, step.converter),
-                                                   {"method": self.req.calib_method})
+                    spec = self.req.spec_for(step.converter)
+                    artifact, calibration = None, {"method": spec.method}
                 search = None
-                if self.req.budgets:
+                if self.req.search.budgets:
                     artifact, spec, search = self._search(target, route, step, tmp, spec, artifact)
                 elif artifact is None:
                     artifact = self._route(target, route, tmp, spec)
@@ -122,9 +121,10 @@ class TargetJob:
                 return rank_layers(self.source, target.format, m.artifact.path, traced.inputs, calibration=self.calib,
                                    spec=m.spec, float_path=reference[0] if reference else None, say=say)
 
-        say(f"searching for the fewest layers to keep back until {', '.join(b.text() for b in self.req.budgets)} "
+        terms = self.req.search
+        say(f"searching for the fewest layers to keep back until {', '.join(b.text() for b in terms.budgets)} "
             f"on {len(held_out)} held-out samples")
-        search = Search(self.req.budgets, step.converter.fallbacks, self.req.min_int8_share, self.req.max_steps, say,
+        search = Search(terms.budgets, step.converter.capabilities.fallbacks, terms.min_int8_share, terms.max_steps, say,
                         passes=self._passes(step.converter))
         best, record = search.run(spec, measure, rank)
         record["samples"] = len(held_out)
@@ -134,8 +134,8 @@ class TargetJob:
     def _passes(self, converter) -> tuple[str, ...]:
         """The whole-model passes (edgekit.core.quant.PASSES) worth trying for this model on this backend:
         those the converter has, SmoothQuant only where the model has linears reading a normalization."""
-        refused = {"bias_correction"} if self.req.bias_correction is False else set()  # --no-bias-correction
-        return tuple(p for p in PASSES if getattr(converter, p) and p not in refused
+        refused = {"bias_correction"} if self.req.quant.bias_correction is False else set()  # --no-bias-correction
+        return tuple(p for p in converter.capabilities.passes() if p not in refused
                      and (p != "smooth_quant" or self._smoothable))
 
     @cached_property
@@ -150,7 +150,10 @@ class TargetJob:
         candidates. A candidate the backend fails on is recorded with its error and left out."""
         held_out, held_ref = self.selection
         tried, failed = [], []
-        for spec in auto_specs(self.req.spec(self.req.calib_method), step.converter.methods, self._passes(step.converter)):
+        methods = step.converter.capabilities.methods
+        # a pass the request insists on is on in every candidate; the others are tried off and on
+        base = replace(self.req.quant, method=methods[0], bias_correction=self.req.quant.bias_correction is True)
+        for spec in auto_specs(base, methods, self._passes(step.converter)):
             method, passes = spec.method, [p for p in PASSES if getattr(spec, p)]
             what = f"{target.name}: {method} calibration{''.join(' with ' + PASSES[p] for p in passes)}"
             record = {"method": method, "bias_correction": spec.bias_correction, "smooth_quant": spec.smooth_quant}
@@ -167,7 +170,7 @@ class TargetJob:
         if not tried:
             raise failed[0][0]
         best_artifact, best_spec, best = max(tried, key=lambda t: _drift_rank(t[2]))
-        return best_artifact, best_spec, {"method": best["method"], "requested": AUTO, "held_out_samples": len(held_out),
+        return best_artifact, best_spec, {"method": best["method"], "requested": Method.AUTO, "held_out_samples": len(held_out),
                                           "candidates": [c for _, _, c in tried] + [c for _, c in failed]}
 
 

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from edgekit.calibration.data import SampleSet, load_samples, random_samples
-from edgekit.calibration.methods import AUTO, HOLDOUT_FRACTION
+from edgekit.calibration.methods import HOLDOUT_FRACTION
 from edgekit.calibration.sources import load_calibration
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.errors import BadInput, ConversionFailed, reading
@@ -31,7 +31,8 @@ from edgekit.core.results import ArtifactResult, ConvertResult
 from edgekit.core.verify import THRESHOLDS, compare
 from edgekit.engine.build import Intermediates, Progress, run_folder, stem_of
 from edgekit.engine.job import TargetJob
-from edgekit.engine.plan import ConvertRequest, Plan, plan
+from edgekit.engine.plan import Plan, plan
+from edgekit.engine.request import ConvertRequest
 from edgekit.engine.runners import run_isolated, start_workers
 from edgekit.engine.search import SEARCH_FRACTION
 from edgekit.engine.sizes import verify_second_size
@@ -91,13 +92,13 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
     if plan.calibrated:
         calib, calib_warnings = load_calibration(req.calibration, source.signature)
         warnings += calib_warnings
-        if req.calib_method == AUTO or req.budgets or not req.eval_data:
+        if req.auto or req.search.budgets or not req.eval_data:
             # A search decides on its held-out samples: it holds out more (top-1 agreement on a dozen
             # samples cannot tell a 98% model from a 90% one).
-            calib, held_out = calib.split(SEARCH_FRACTION if req.budgets else HOLDOUT_FRACTION)
+            calib, held_out = calib.split(SEARCH_FRACTION if req.search.budgets else HOLDOUT_FRACTION)
     if req.eval_data:
         samples = load_samples(req.eval_data, source.signature, what="eval data")
-    elif held_out is not None and req.budgets:
+    elif held_out is not None and req.search.budgets:
         if len(held_out) < 2:
             raise BadInput(f"--budget without --eval needs more calibration samples: {len(held_out)} held out is too few "
                            "to both search on and verify on", fix="pass --eval data.npz")
@@ -113,7 +114,7 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
                         "which says little about accuracy; pass --eval data.npz")
     reference = sources.reference(source_model, samples, say)
     selection = None
-    if (req.calib_method == AUTO or req.budgets) and held_out is not None:
+    if (req.auto or req.search.budgets) and held_out is not None:
         selection = (held_out, sources.reference(source_model, held_out, say))
     return Prepared(plan, source_model, calib, samples, reference, selection, tuple(warnings))
 

@@ -4,71 +4,18 @@ asked for is an error, or with `--target all` a target left out with the reason)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.calibration.methods import AUTO, METHODS
-from edgekit.calibration.sources import CalibrationSpec
 from edgekit.converters.base import converters, node_of
 from edgekit.core.errors import BadInput
 from edgekit.core.formats import detect
-from edgekit.core.quant import PASSES, LayerOverride, QuantSpec, check_expressible
-from edgekit.core.verify import KINDS, THRESHOLDS
+from edgekit.core.quant import Lack
+from edgekit.core.verify import THRESHOLDS
 from edgekit.engine.build import stem_of
 from edgekit.engine.graph import Graph, Route
-from edgekit.sources.loading import SourceOptions
+from edgekit.engine.request import ConvertRequest
 from edgekit.targets import TARGETS, resolve
-
-
-@dataclass(frozen=True)
-class ConvertRequest:
-    source: str
-    targets: tuple[str, ...] = ("all",)
-    out_dir: str = "edgekit-out"
-    precision: str = "fp32"
-    eval_data: str | None = None
-    thresholds: dict = field(default_factory=dict)
-    source_options: SourceOptions = SourceOptions()
-    calibration: CalibrationSpec | None = None
-    calib_method: str = "minmax"
-    int8_io: bool = False
-    granularity: str = "per_channel"
-    bias_correction: bool | None = None  # None: wherever the route's int8 backend has it (the default recipe)
-    smooth_quant: bool = False
-    overrides: tuple[LayerOverride, ...] = ()  # layers kept back from int8 (edgekit.core.quant)
-    budgets: tuple = ()  # edgekit.core.budgets.Budget: search for the fewest layers to keep back until they hold
-    min_int8_share: float = 0.8
-    max_steps: int = 8
-    output_kinds: dict = field(default_factory=dict)  # output name → edgekit.core.verify.KINDS key (--output-kind)
-
-    def spec(self, method: str, converter=None) -> QuantSpec:
-        """The quantization spec of this request with the calibration method `method`, for the int8
-        `converter` of a route: bias correction, unless the request says otherwise, where it has it."""
-        bias = self.bias_correction if self.bias_correction is not None else bool(getattr(converter, "bias_correction", False))
-        return QuantSpec(self.precision, method, granularity=self.granularity, int8_io=self.int8_io,
-                         bias_correction=bias, smooth_quant=self.smooth_quant, overrides=self.overrides)
-
-    def __post_init__(self):
-        if not self.targets:
-            raise ValueError("at least one target is needed")
-        if self.calib_method not in (*METHODS, AUTO):
-            raise BadInput(f"unknown calibration method {self.calib_method!r}",
-                           fix=f"use one of {', '.join((*METHODS, AUTO))}")
-        if self.int8_io and self.precision != "int8":
-            raise BadInput("--int8-io needs --precision int8 (or --int8)")
-        if self.bias_correction and self.precision != "int8":
-            raise BadInput("--bias-correction needs --precision int8 (or --int8): it corrects a calibrated model")
-        if self.smooth_quant and self.precision != "int8":
-            raise BadInput("--smooth-quant needs --precision int8 (or --int8): it smooths the activations that "
-                           "static int8 quantizes")
-        if (self.overrides or self.budgets) and self.precision != "int8":
-            raise BadInput(f"{'--keep' if self.overrides else '--budget'} needs --precision int8 (or --int8): "
-                           "it keeps layers of a static int8 model back")
-        unknown = {k: v for k, v in self.output_kinds.items() if v not in KINDS}
-        if unknown:
-            raise BadInput(f"unknown output kind {unknown}", fix=f"use one of {', '.join(KINDS)}")
-        if not 0 <= self.min_int8_share <= 1:
-            raise BadInput(f"--min-int8-share {self.min_int8_share:g} is not a share", fix="give a number from 0 to 1")
 
 
 @dataclass(frozen=True)
@@ -98,7 +45,7 @@ def resolve_targets(names: tuple[str, ...], source_format: str, precision: str, 
 
 def plan(req: ConvertRequest) -> Plan:
     """Every target's route, checked: the method, passes and layer overrides asked for exist on each."""
-    thresholds = {**THRESHOLDS.get(req.precision, {}), **req.thresholds, **{b.metric: b.limit for b in req.budgets}}
+    thresholds = {**THRESHOLDS.get(req.precision, {}), **req.thresholds, **{b.metric: b.limit for b in req.search.budgets}}
     source_format = detect(req.source)  # fail fast on a bad path, before loading anything heavy
     graph = Graph()
     targets = resolve_targets(req.targets, source_format, req.precision, graph)
@@ -115,13 +62,13 @@ def plan(req: ConvertRequest) -> Plan:
     warnings: list[str] = []
     if any(n.strip().lower() == "all" for n in req.targets):
         # `all` keeps the targets that can do what was asked, and says which it left out.
-        routes, left_out = split_supported(routes, req.calib_method, req.spec(req.calib_method))
+        routes, left_out = split_supported(routes, req)
         warnings += [f"--target all: skipped {name}: {why}" for name, why in left_out]
         if not routes:
             raise BadInput("no target can do what was asked: " + "; ".join(f"{n}: {w}" for n, w in left_out))
     calibrated = any(r.quantizing_step for _, r in routes)
     if calibrated:
-        check_supported(routes, req.calib_method, req.spec(req.calib_method))
+        check_supported(routes, req)
         if req.calibration is None:
             raise BadInput(f"{req.precision} needs calibration data",
                            fix="pass --calib data.npz (a folder of .npy or images, or module:function); "
@@ -129,66 +76,31 @@ def plan(req: ConvertRequest) -> Plan:
     return Plan(req, source_format, tuple(routes), calibrated, thresholds, tuple(warnings))
 
 
-def _targets_where(has) -> list[str]:
-    """Names of the targets whose int8 converter satisfies `has` (a predicate on the class)."""
-    formats = {c.target for c in converters().values() if "int8" in c.precisions and has(c)}
-    return [t.name for t in TARGETS.values() if t.format in formats]
+def lack(route: Route, req: ConvertRequest) -> Lack | None:
+    """What the int8 step of `route` cannot express of the request (None: nothing, or no int8 step)."""
+    step = route.quantizing_step
+    return step.converter.capabilities.lacks(req.spec_for(step.converter, req.quant.method)) if step else None
 
 
-def _lacks(conv, method: str, spec) -> str | None:
-    """What the int8 converter `conv` lacks of what was asked ("method", "int8_io", a whole-model pass
-    of edgekit.core.quant.PASSES or "overrides"), else None."""
-    if method != AUTO and method not in conv.methods:
-        return "method"
-    if spec.int8_io and not conv.int8_io:
-        return "int8_io"
-    for name in PASSES:
-        if getattr(spec, name) and not getattr(conv, name):
-            return name
-    if any(o.precision not in conv.fallbacks for o in spec.overrides):
-        return "overrides"
-    return None
-
-
-def split_supported(plans, method: str, spec) -> tuple[list, list[tuple[str, str]]]:
-    """(the plans whose int8 step has the method, integer I/O and layer overrides asked for (`spec`, a
-    QuantSpec), [(target, why not)])."""
+def split_supported(routes, req: ConvertRequest) -> tuple[list, list[tuple[str, str]]]:
+    """(the (target, route) pairs whose int8 step can do what `req` asks, [(target, why not)])."""
     kept, left_out = [], []
-    for target, plan in plans:
-        step = plan.quantizing_step
-        lack = _lacks(step.converter, method, spec) if step is not None else None
-        if lack == "method":
-            left_out.append((target.name, f"no '{method}' calibration (it has {', '.join(step.converter.methods)})"))
-        elif lack == "int8_io":
-            left_out.append((target.name, "no integer inputs and outputs"))
-        elif lack in PASSES:
-            left_out.append((target.name, f"no {PASSES[lack]}"))
-        elif lack == "overrides":
-            left_out.append((target.name, "cannot keep layers at " + ", ".join(sorted({o.precision for o in spec.overrides}
-                                                                                       - set(step.converter.fallbacks)))))
+    for target, route in routes:
+        missing = lack(route, req)
+        if missing is None:
+            kept.append((target, route))
         else:
-            kept.append((target, plan))
+            left_out.append((target.name, missing.short))
     return kept, left_out
 
 
-def check_supported(plans, method: str, spec) -> None:
-    """Before any work: every int8 route must have the method (or auto), integer I/O if asked, and
-    what the quantization spec asks for (bit widths, granularity, layer overrides)."""
-    for target, plan in plans:
-        step = plan.quantizing_step
-        lack = _lacks(step.converter, method, spec) if step is not None else None
-        if lack == "method":
-            having = _targets_where(lambda c: method in c.methods)
-            raise BadInput(
-                f"the {target.name} backend has no '{method}' calibration (it has {', '.join(step.converter.methods)})",
-                fix=f"use --calib-method {' or '.join(step.converter.methods)} or auto"
-                    + (f"; '{method}' is available for: {', '.join(having)}" if having else ""),
-            )
-        if lack == "int8_io":
-            having = _targets_where(lambda c: c.int8_io)
-            raise BadInput(
-                f"the {target.name} backend cannot give a model integer inputs and outputs",
-                fix="drop --int8-io for this target" + (f"; targets that can: {', '.join(having)}" if having else ""),
-            )
-        if step is not None:
-            check_expressible(spec, step.converter, target.name)
+def check_supported(routes, req: ConvertRequest) -> None:
+    """Before any work: every int8 route can do what `req` asks, else BadInput naming the targets that can."""
+    for target, route in routes:
+        missing = lack(route, req)
+        if missing is None:
+            continue
+        int8_formats = {c.target for c in converters().values() if "int8" in c.precisions and missing.has(c.capabilities)}
+        having = [t.name for t in TARGETS.values() if t.format in int8_formats and t.name != target.name]
+        raise BadInput(f"the {target.name} backend {missing.reason}",
+                       fix=missing.fix + (f"; targets that can: {', '.join(having)}" if having else ""))

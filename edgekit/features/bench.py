@@ -181,7 +181,7 @@ def bench_result(req: ConvertRequest, result: ConvertResult, *, threads: tuple[i
     results = list(result.artifacts)
     if req.precision != "fp32":
         twin = ConvertRequest(req.source, req.targets, req.out_dir, eval_data=req.eval_data,
-                              source_options=req.source_options)
+                              source_options=req.source_options, output_kinds=req.output_kinds)
         results += convert(twin, progress, cache=cache).artifacts
     failed = tuple(f"{Path(r.artifact.path).name} failed verification: {'; '.join(r.verdict.reasons)}"
                    for r in results if r.verdict.status == Status.FAIL)

@@ -17,13 +17,13 @@ from edgekit.calibration.sources import CalibrationSpec
 from edgekit.core.artifact import sha256_files
 from edgekit.core.errors import EdgekitError
 from edgekit.engine.cache import ArtifactCache
-from edgekit.engine.pipeline import ConvertRequest, Sources, convert, plan, verify_artifacts
-from edgekit.core.budgets import parse_budgets
+from edgekit.engine.pipeline import Sources, convert, plan, verify_artifacts
+from edgekit.engine.request import build_request
 from edgekit.features.attribution import attribute
 from edgekit.features.bench import bench
 from edgekit.features.check.case import Case
 from edgekit.features.check.config import ModelCheck
-from edgekit.core.quant import PASSES, LayerOverride
+from edgekit.core.quant import PASSES
 from edgekit.core.verify import HIGHER_IS_BETTER, Status
 from edgekit.features.check.config import LATENCY_BUDGETS
 from edgekit.features.check.workers import pool
@@ -113,16 +113,16 @@ def units(models: tuple[ModelCheck, ...], seeds: dict, options: Options) -> list
 def request(m: ModelCheck, precision: str, options: Options, targets=None, seed=None):
     """The convert request of model `m` at `precision` (on `targets`, else the model's), started from `seed`."""
     searching = m.search is not None and precision == "int8"
-    return ConvertRequest(
-        m.path, targets or m.targets or ("all",), str(Path(options.out_dir) / m.name / precision), precision=precision,
+    return build_request(
+        m.path, targets or m.targets or ("all",), Path(options.out_dir) / m.name / precision, precision=precision,
         eval_data=m.eval, thresholds=_metric_limits(m.budget(precision)), output_kinds=m.output_kinds,
         source_options=m.source_options(options.trust),
         calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == "int8" else None,
         calib_method=m.calib_method,
         **{p: _whole_model_pass(getattr(m, p), bool(seed and seed[p]), precision) for p in PASSES},
-        overrides=tuple(LayerOverride(o["layer"], o["precision"]) for o in (seed or {}).get("overrides", ())),
-        **({"budgets": parse_budgets({k: v for k, v in m.budget(precision).items() if k in _OUTPUT_METRICS}),
-            **m.search} if searching else {}),
+        keep={o["layer"]: o["precision"] for o in (seed or {}).get("overrides", ())},
+        **({"budgets": {k: v for k, v in m.budget(precision).items() if k in _OUTPUT_METRICS}, **m.search}
+           if searching else {}),
     )
 
 

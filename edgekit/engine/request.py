@@ -1,0 +1,90 @@
+"""A convert request, typed, and the one builder every front door uses (the Python API, the command
+line, `check` and `bench`): it reads the user's vocabulary — strings as the command line gives them,
+or mappings as the API takes them — and refuses what cannot be used, before any work."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from edgekit.calibration.sources import CalibrationSpec
+from edgekit.core.budgets import SearchSpec, parse_budgets
+from edgekit.core.errors import BadInput
+from edgekit.core.quant import Capabilities, Method, QuantSpec, parse_overrides
+from edgekit.core.verify import KINDS, parse_output_kinds, parse_thresholds
+from edgekit.sources.loading import SourceOptions
+
+
+@dataclass(frozen=True)
+class ConvertRequest:
+    """What a conversion is asked to do. `quant` may leave choices to edgekit (method AUTO, bias correction
+    None); `spec_for` settles them for one backend."""
+
+    source: str
+    targets: tuple[str, ...] = ("all",)
+    out_dir: str = "edgekit-out"
+    quant: QuantSpec = QuantSpec()
+    search: SearchSpec = SearchSpec()  # budgets: keep the fewest layers back until they hold (edgekit.engine.search)
+    eval_data: str | None = None
+    thresholds: dict = field(default_factory=dict)
+    source_options: SourceOptions = SourceOptions()
+    calibration: CalibrationSpec | None = None
+    output_kinds: dict = field(default_factory=dict)  # output name → edgekit.core.verify.KINDS key (--output-kind)
+
+    def __post_init__(self):
+        if not self.targets:
+            raise ValueError("at least one target is needed")
+        if self.search.budgets and self.precision != "int8":
+            raise BadInput("--budget needs --precision int8 (or --int8): it keeps layers of a static int8 model back")
+        unknown = {k: v for k, v in self.output_kinds.items() if v not in KINDS}
+        if unknown:
+            raise BadInput(f"unknown output kind {unknown}", fix=f"use one of {', '.join(KINDS)}")
+
+    @property
+    def precision(self) -> str:
+        return self.quant.precision
+
+    @property
+    def auto(self) -> bool:
+        """Whether the calibration method is chosen per target on held-out samples."""
+        return self.quant.method is Method.AUTO
+
+    def spec_for(self, converter=None, method: Method | None = None) -> QuantSpec:
+        """The spec a route's int8 `converter` (None: a route that does not calibrate) is given: the
+        method `method` (else the request's; a route that does not calibrate ignores it) and bias
+        correction where the backend has it unless the request says otherwise."""
+        if method is None:
+            method = Method.MINMAX if self.auto else self.quant.method
+        capabilities = converter.capabilities if converter is not None else Capabilities()
+        return self.quant.for_backend(capabilities, method)
+
+
+def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str = "edgekit-out", *,
+                  precision: str = "fp32", int8: bool = False, calibration: str | CalibrationSpec | None = None,
+                  calib_samples: int | None = None, calib_preprocess: str | None = None, calib_method: str = "minmax",
+                  eval_data: str | None = None, thresholds: Mapping | Iterable[str] = (),
+                  output_kinds: Mapping | Iterable[str] = (), int8_io: bool = False,
+                  bias_correction: bool | None = None, smooth_quant: bool = False, granularity: str = "per-channel",
+                  keep: Mapping | Iterable[str] = (), budgets: Mapping | Iterable[str] = (),
+                  min_int8_share: float = 0.8, max_steps: int = 8,
+                  source_options: SourceOptions = SourceOptions()) -> ConvertRequest:
+    """The request for these options, each as the command line spells it (`keep`, `budgets`,
+    `thresholds` and `output_kinds` also as {name: value}); BadInput for any that cannot be used."""
+    if int8:
+        if precision not in ("fp32", "int8"):
+            raise BadInput(f"--int8 contradicts --precision {precision}", fix="give one of them")
+        precision = "int8"
+    if calibration is None and (calib_samples is not None or calib_preprocess is not None):
+        raise BadInput("--calib-samples and --calib-preprocess need --calib", fix="give the calibration data too")
+    if isinstance(calibration, str):
+        calibration = CalibrationSpec(calibration, calib_samples, calib_preprocess)
+    pairs = lambda items: [f"{k}={v}" for k, v in items.items()] if isinstance(items, Mapping) else list(items)  # noqa: E731
+    quant = QuantSpec(precision, Method.parse(calib_method), granularity=str(granularity).replace("-", "_"),
+                      int8_io=int8_io, bias_correction=bias_correction, smooth_quant=smooth_quant,
+                      overrides=parse_overrides(pairs(keep)))
+    search = SearchSpec(parse_budgets(dict(budgets) if isinstance(budgets, Mapping) else budgets), min_int8_share,
+                        max_steps)
+    return ConvertRequest(str(source), (targets,) if isinstance(targets, str) else tuple(targets), str(out), quant,
+                          search, eval_data=str(eval_data) if eval_data else None,
+                          thresholds=parse_thresholds(pairs(thresholds)), source_options=source_options,
+                          calibration=calibration, output_kinds=parse_output_kinds(pairs(output_kinds)))
