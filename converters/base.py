@@ -9,7 +9,7 @@ from pathlib import Path
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from edgekit.core.artifact import ModelArtifact
+from edgekit.core.artifact import CARRIED, ModelArtifact
 from edgekit.core.deps import EXTRAS, missing_modules, versions
 from edgekit.core.errors import ConversionFailed, EdgekitError, MissingDependency, environment_error, first_line
 from edgekit.core.formats import FORMATS, detect
@@ -33,7 +33,6 @@ MANIFEST: dict[str, str] = {
     "tf_to_onnx": "edgekit.converters.tf_to_onnx:TfToOnnx",
 }
 ENTRY_POINT_GROUP = "edgekit.converters"
-CARRIED = ("int8_types", "opset_upgrade")  # facts about the quantized model that the later steps of its route keep
 
 
 def node_of(fmt: str) -> str:
@@ -113,12 +112,12 @@ class Converter:
                     "try another target (edgekit graph lists them) or rewrite that part of the model",
             ) from e
         self._ensure(out)
-        return out.evolve(meta={
-            "seconds": round(src.meta.get("seconds", 0) + time.perf_counter() - started, 3),  # whole route
-            "tool_versions": {**out.meta.get("tool_versions", {}), **versions(self.tools)},
-            "route": [*src.meta.get("route", [src.format]), out.format],
-            **{k: src.meta[k] for k in CARRIED if k in src.meta and k not in out.meta},
-        })
+        return out.noting(
+            seconds=round((src.meta.seconds or 0) + time.perf_counter() - started, 3),  # the whole route's
+            tool_versions={**out.meta.tool_versions, **versions(self.tools)},
+            route=(*(src.meta.route or (src.format,)), out.format),
+            **{k: getattr(src.meta, k) for k in CARRIED if getattr(out.meta, k) is None},
+        )
 
     def _ensure(self, out: ModelArtifact) -> None:
         if out.format != self.target:

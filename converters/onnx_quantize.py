@@ -22,7 +22,7 @@ import numpy as np
 
 from edgekit.calibration import onnx_bias_correction, smooth_quant
 from edgekit.core import io_params
-from edgekit.core.artifact import ModelArtifact
+from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.cpu import int8_products_saturate
 from edgekit.calibration.methods import mixed_scale
 from edgekit.core.errors import ConversionFailed, first_line
@@ -85,7 +85,7 @@ class OnnxQuantize(Converter):
             types["why"] = "this CPU (x86-64 without VNNI) saturates onnxruntime's uint8 × int8 products"
         prepared.unlink()
         loads_in_onnxruntime(out_path, Path(src.path).name)
-        meta = {"int8_types": types, **({"opset_upgrade": upgrade} if upgrade else {})}
+        meta = ArtifactMeta(int8_types=types, opset_upgrade=upgrade or None)
         return ModelArtifact("onnx", str(out_path), src.signature, precision, files=tuple(files), meta=meta)
 
     def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext, qtype) -> None:

@@ -27,7 +27,7 @@ sorted order) with the `flatbuffers` package and keeps the model, which ONNX Run
 the table, byte for byte.
 
 ONNX Runtime's mobile usability checker (`onnxruntime.tools.mobile_helpers.usability_checker`) runs
-on the input ONNX; its NNAPI/CoreML partitioning goes into `meta["mobile_package"]` with whether the
+on the input ONNX; its NNAPI/CoreML partitioning goes into `meta.mobile_package` with whether the
 model fits the pre-built mobile packages. Since ONNX Runtime 1.19 those packages
 (onnxruntime-android, the onnxruntime-c/objc pods) hold every operator and type, so a model fits when
 every op of its .ort has a CPU kernel in this onnxruntime and the device runs this version or newer.
@@ -44,7 +44,7 @@ import tempfile
 from pathlib import Path
 
 from edgekit.core import io_params
-from edgekit.core.artifact import ModelArtifact
+from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import ConversionFailed
 from edgekit.core.formats import ORT_CONFIG_SUFFIX, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
@@ -90,9 +90,9 @@ class OnnxToOrt(Converter):
             files.append(str(io_params.write(out_path, sidecar["inputs"], sidecar["outputs"])))
         mobile = mobile_package(model, config_path)
         shutil.rmtree(work, ignore_errors=True)
-        meta = {"mobile_package": mobile,
-                "ort_format": {"optimization_style": OPTIMIZATION_STYLE, "optimization_level": level,
-                               "target_platform": TARGET_PLATFORM, "canonical_layout": canonical is not None}}
+        meta = ArtifactMeta(mobile_package=mobile, ort_format={
+            "optimization_style": OPTIMIZATION_STYLE, "optimization_level": level, "target_platform": TARGET_PLATFORM,
+            "canonical_layout": canonical is not None})
         return ModelArtifact("ort", str(out_path), src.signature, precision, files=tuple(files), meta=meta)
 
 

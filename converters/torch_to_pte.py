@@ -12,7 +12,7 @@ import copy
 from pathlib import Path
 
 from edgekit.core import io_params
-from edgekit.core.artifact import ModelArtifact
+from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.calibration import pt2e
 from edgekit.converters.base import ConvertContext, Converter
@@ -56,8 +56,8 @@ class TorchToPte(Converter):
                 files.append(str(_integer_io(program, src, out_path)))
         lowered, left_out = lower(program)
         out_path.write_bytes(lowered.to_executorch(_backend_config(precision)).buffer)
-        meta = {"outside_delegate": left_out} if left_out else {}
-        return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files), meta=meta)
+        return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files),
+                             meta=ArtifactMeta(outside_delegate=tuple(left_out)))
 
 
 MAX_LEFT_OUT = 8  # layers lowering may leave out of the XNNPACK delegate before it gives up

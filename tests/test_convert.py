@@ -38,15 +38,15 @@ def test_every_target_passes_with_the_source_models_accuracy(converted_digits):
         assert abs(acc["artifact"] - acc["reference"]) <= 0.005
         assert r.artifact.bytes > 10_000
         via_onnx = ["onnx"] if r.target == "ort" else []
-        assert r.artifact.meta["route"] == ["torch-export", *via_onnx, r.artifact.format]
-        assert r.artifact.meta["seconds"] > 0
+        assert list(r.artifact.meta.route) == ["torch-export", *via_onnx, r.artifact.format]
+        assert r.artifact.meta.seconds > 0
     assert {p.name for p in out.iterdir()} == {"digits_cnn.tflite", "digits_cnn.pte", "digits_cnn.ptl",
                                                "digits_cnn.onnx", "digits_cnn.onnx.data", "digits_cnn.ort",
                                                "digits_cnn.required_operators.config"}
 
 
 def test_tool_versions_are_recorded(converted_digits):
-    versions = {r.target: r.artifact.meta["tool_versions"] for r in converted_digits[0].artifacts}
+    versions = {r.target: r.artifact.meta.tool_versions for r in converted_digits[0].artifacts}
     assert set(versions["tflite"]) >= {"torch", "litert-torch", "ai-edge-litert"}
     assert set(versions["executorch"]) >= {"torch", "executorch"}
     assert set(versions["onnx"]) >= {"torch", "onnx", "onnxscript"}

@@ -70,12 +70,12 @@ def test_fp32_ort_matches_torch(fp32):
     assert v.status == "pass", v.reasons
     assert v.metrics["output_0"]["cosine"] >= 0.9999
     assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.001
-    assert r.artifact.meta["route"] == ["torch-export", "onnx", "ort"]  # the fp32 .onnx had external data
+    assert list(r.artifact.meta.route) == ["torch-export", "onnx", "ort"]  # the fp32 .onnx had external data
     assert r.artifact.files[0] == r.artifact.path and detect(r.artifact.path) == "ort"
-    assert r.artifact.meta["ort_format"]["optimization_style"] == "Fixed"
+    assert r.artifact.meta.ort_format["optimization_style"] == "Fixed"
     assert {"Conv", "FusedConv"} & _config_ops(r)  # Fixed style: Conv+Relu already fused
-    _check_mobile_package(r.artifact.meta["mobile_package"])
-    assert r.artifact.meta["mobile_package"]["nnapi"]["suitability"] == "YES"  # plain float CNN
+    _check_mobile_package(r.artifact.meta.mobile_package)
+    assert r.artifact.meta.mobile_package["nnapi"]["suitability"] == "YES"  # plain float CNN
     insp = v.inspection
     assert insp["format"] == "ort" and insp["int8_weight_share"] == 0.0 and insp["compute_ops"] > 0
 
@@ -84,7 +84,7 @@ def test_int8_ort_is_int8_and_keeps_accuracy(int8, fp32):
     r, v = int8, int8.verdict
     assert v.status == "pass", v.reasons
     assert r.artifact.precision == "int8"
-    assert r.artifact.meta["route"] == ["torch-export", "onnx", "onnx", "ort"]
+    assert list(r.artifact.meta.route) == ["torch-export", "onnx", "onnx", "ort"]
     assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
     assert v.metrics["output_0"]["cosine"] >= 0.99
     insp = v.inspection
@@ -93,7 +93,7 @@ def test_int8_ort_is_int8_and_keeps_accuracy(int8, fp32):
     assert insp["io_dtypes"] == {"inputs": ["float32"], "outputs": ["float32"]}
     assert "QLinearConv" in _config_ops(r)  # QDQ groups fused ahead of time
     assert r.artifact.bytes <= 0.4 * fp32.artifact.bytes
-    _check_mobile_package(r.artifact.meta["mobile_package"])
+    _check_mobile_package(r.artifact.meta.mobile_package)
 
 
 def test_int8_io_ort_from_the_cli_json(tmp_path):

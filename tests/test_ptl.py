@@ -43,7 +43,7 @@ def test_fp32_is_exact_in_the_lite_interpreter(digits_ptl):
     assert v.status == "pass", v.reasons
     assert v.metrics["output_0"]["cosine"] >= 0.9999
     assert v.task_accuracy["artifact"] == v.task_accuracy["reference"]
-    assert r.artifact.meta["route"] == ["torch-export", "ptl"]
+    assert list(r.artifact.meta.route) == ["torch-export", "ptl"]
     assert insp["int8_weight_share"] == 0 and insp["int8_heavy_op_share"] == 0 and insp["int8_compute_share"] == 0
     assert list(insp["weight_bytes_by_dtype"]) == ["float32"]
     assert "aten::linear ×2" in insp["float_ops"]
@@ -59,7 +59,7 @@ def test_int8_runs_qnnpack_kernels_and_keeps_accuracy(digits_ptl):
     assert insp["int8_heavy_op_share"] == 1.0, insp["float_ops"]
     assert {"quantized::conv2d_relu", "quantized::linear"} <= set(insp["op_counts"])
     assert insp["io_dtypes"] == {"inputs": ["float32"], "outputs": ["float32"]}
-    assert r.artifact.meta["calibration"] == {"source": str(DIGITS_CALIB), "samples": 200, "method": "minmax"}
+    assert r.artifact.meta.calibration == {"source": str(DIGITS_CALIB), "samples": 200, "method": "minmax"}
     assert r.artifact.bytes <= 0.45 * fp32.artifact.bytes
 
 

@@ -44,7 +44,7 @@ def test_int8_on_every_target_is_really_int8_and_keeps_accuracy(digits_int8_auto
 
 def test_auto_lists_every_candidate_and_keeps_the_least_drift(digits_int8_auto):
     for target, r in by_target(digits_int8_auto).items():
-        cal = r.artifact.meta["calibration"]
+        cal = r.artifact.meta.calibration
         assert cal["requested"] == "auto" and cal["source"] == str(DIGITS_CALIB)
         # each method without and with bias correction, where the backend has it (not ptl)
         corrections = [False] if target == "ptl" else [False, True]
@@ -53,7 +53,7 @@ def test_auto_lists_every_candidate_and_keeps_the_least_drift(digits_int8_auto):
         assert not any(c["smooth_quant"] for c in cal["candidates"])  # no linears reading a normalization
         best = max(cal["candidates"], key=lambda c: c["sqnr_db"])
         assert cal["method"] == best["method"]
-        assert r.artifact.meta["quantization"]["bias_correction"] == best["bias_correction"]
+        assert r.artifact.meta.quantization.bias_correction == best["bias_correction"]
         assert cal["held_out_samples"] == 40 and cal["samples"] == 160  # 20% of 200 held out
         assert all(0.9 < c["cosine"] <= 1 for c in cal["candidates"])
 
@@ -68,7 +68,7 @@ def test_dynamic_and_fp16_on_every_target(tmp_path_factory, converted_digits, pr
         assert v.status == "pass", (target, v.reasons)
         assert v.thresholds["cosine"] == THRESHOLDS[precision]["cosine"]
         assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
-        assert r.artifact.meta.get("calibration") is None  # neither needs calibration data
+        assert r.artifact.meta.calibration is None  # neither needs calibration data
         ratio = r.artifact.bytes / fp32[target].artifact.bytes
         if precision == "fp16":
             assert 0.4 < ratio < 0.65, (target, ratio)
@@ -119,8 +119,8 @@ def test_each_method_by_name(tmp_path, target, method):
                                     calib_method=method))
     (r,) = result.artifacts
     assert r.verdict.status == "pass", r.verdict.reasons
-    assert r.artifact.meta["calibration"] == {"source": str(DIGITS_CALIB), "samples": 200, "method": method}
-    assert r.artifact.meta["quantization"]["bias_correction"] is True  # the default recipe, where the backend has it
+    assert r.artifact.meta.calibration == {"source": str(DIGITS_CALIB), "samples": 200, "method": method}
+    assert r.artifact.meta.quantization.bias_correction is True  # the default recipe, where the backend has it
 
 
 def test_a_method_the_backend_lacks_is_an_error_not_a_substitute(tmp_path):

@@ -31,7 +31,7 @@ def test_keras_digits_to_every_reachable_target(tmp_path_factory, precision):
     for target, r in targets.items():
         v = r.verdict
         assert v.status == "pass", (target, v.reasons)
-        assert r.artifact.meta["route"][0] == "keras"
+        assert r.artifact.meta.route[0] == "keras"
         assert v.task_accuracy["reference"] > 0.95
         assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
         if precision == "int8":
@@ -77,7 +77,7 @@ def test_onnx_source_to_int8(converted_digits, tmp_path):
     assert "onnx" in targets and "tflite" not in targets
     for target, r in targets.items():
         assert r.verdict.status == "pass", (target, r.verdict.reasons)
-        assert r.artifact.meta["route"][:2] == ["onnx", "onnx"]
+        assert list(r.artifact.meta.route[:2]) == ["onnx", "onnx"]
         assert abs(r.verdict.task_accuracy["artifact"] - r.verdict.task_accuracy["reference"]) <= 0.01
 
 

@@ -162,22 +162,22 @@ def render_result(result, console: Console | None) -> None:
     for r in result.artifacts:
         others = len(r.artifact.files) - 1
         extra = f" (+{others} file{'s' if others > 1 else ''} beside it)" if others else ""
-        reused = r.artifact.meta.get("reused")
+        meta = r.artifact.meta
+        reused = meta.reused
         how = (" (from the cache)" if r.cached else "") + (
             " (reused " + ", ".join(f"{x['precision']} {x['format']}" for x in reused) + f" of {reused[-1]['built_for']})"
             if reused else "")
-        console.print(f"  {r.target}: {r.artifact.path}{extra}  [dim]route {' → '.join(r.artifact.meta.get('route', []))},"
-                      f" {r.artifact.meta.get('seconds', 0):.1f} s{how}[/dim]")
-        for d in r.artifact.meta.get("outside_delegate", []):
+        console.print(f"  {r.target}: {r.artifact.path}{extra}  [dim]route {' → '.join(meta.route)},"
+                      f" {meta.seconds or 0:.1f} s{how}[/dim]")
+        for d in meta.outside_delegate:
             console.print(f"    [yellow]note:[/yellow] layer {escape(d['layer'] or '(top)')} ({d['op']}) runs outside the "
                           f"XNNPACK delegate, in portable kernels: the delegate's lowering failed on it ({escape(d['why'])})")
-        upgrade = r.artifact.meta.get("opset_upgrade")
+        upgrade = meta.opset_upgrade
         if upgrade:
             console.print(f"    [yellow]note:[/yellow] upgraded from ONNX opset {upgrade['from']} to {upgrade['to']}: "
                           f"{upgrade['why']}")
-        search = r.artifact.meta.get("search")
-        if search:
-            _render_search(search, console)
+        if meta.search:
+            _render_search(meta.search, console)
         second = r.verdict.second_size
         if second:
             sizes = ", ".join(f"{d['input']} axis {d['axis']}{' (batch)' if d['batch'] else ''} {d['sizes'][0]} → "

@@ -123,6 +123,11 @@ class QuantSpec:
                 "int8_io": self.int8_io, "bias_correction": self.bias_correction, "smooth_quant": self.smooth_quant,
                 "overrides": [o.to_json() for o in self.overrides]}
 
+    @classmethod
+    def from_json(cls, d: dict) -> "QuantSpec":
+        overrides = tuple(LayerOverride(o["layer"], o["precision"]) for o in d.get("overrides", ()))
+        return cls(**{**{k: v for k, v in d.items() if k != "overrides"}, "overrides": overrides})
+
 
 @dataclass(frozen=True)
 class Lack:

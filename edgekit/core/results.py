@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.core.artifact import ModelArtifact
+from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.signature import Signature
 from edgekit.core.verify import Status, Verdict
 
 SCHEMA = "edgekit.convert/1"
-META_KEYS = ("quantization", "int8_types", "opset_upgrade", "outside_delegate", "search", "mobile_package", "reused")  # reported when a route recorded them
 
 
 @dataclass(frozen=True)
@@ -34,13 +33,12 @@ class ArtifactResult:
         out = {
             "target": self.target, "precision": a.precision, "format": a.format, "path": a.path,
             "files": list(a.files), "bytes": self.bytes, "sha256": self.sha256,
-            "route": list(a.meta.get("route", [])), "tool_versions": dict(a.meta.get("tool_versions", {})),
-            "seconds": a.meta.get("seconds"), "calibration": a.meta.get("calibration"),
-            "verification": self.verdict.to_json(),
         }
-        # the int8 spec as made (its overrides); the accuracy-aware search; whether an .ort fits ONNX Runtime's
-        # mobile packages; the steps reused from another target's route in the same run
-        out.update({key: a.meta[key] for key in META_KEYS if key in a.meta})
+        meta = a.meta.to_json()
+        out.update({k: meta.pop(k) for k in ("route", "tool_versions", "seconds", "calibration")})
+        # then the int8 spec as made, the accuracy-aware search, whether an .ort fits ONNX Runtime's mobile
+        # packages, the steps reused from another target's route in the same run ... where recorded
+        out.update({"verification": self.verdict.to_json(), **meta})
         if self.cached:
             out["cached"] = True
         return out
@@ -49,14 +47,15 @@ class ArtifactResult:
         """What the artifact cache keeps of this result besides the files (see `restored`)."""
         a = self.artifact
         return {"target": self.target, "format": a.format, "precision": a.precision, "signature": a.signature.to_json(),
-                "files": [Path(f).name for f in a.files], "main": Path(a.path).name, "meta": dict(a.meta),
+                "files": [Path(f).name for f in a.files], "main": Path(a.path).name, "meta": a.meta.to_json(everything=True),
                 "verdict": self.verdict.to_json(), "bytes": self.bytes, "sha256": self.sha256}
 
     @classmethod
     def restored(cls, d: dict, folder: Path) -> "ArtifactResult":
         """The result `stored` kept, its files in `folder`."""
         artifact = ModelArtifact(d["format"], str(folder / d["main"]), Signature.from_json(d["signature"]),
-                                 d["precision"], files=tuple(str(folder / n) for n in d["files"]), meta=d["meta"])
+                                 d["precision"], files=tuple(str(folder / n) for n in d["files"]),
+                                 meta=ArtifactMeta.from_json(d["meta"]))
         return cls(d["target"], artifact, Verdict.from_json(d["verdict"]), d["bytes"], d["sha256"])
 
 

@@ -45,10 +45,10 @@ def build(route: Route, ctx: ConvertContext, stem: str, say: Progress, shared: I
           owner: str = "") -> ModelArtifact:
     """Run the steps of `route` on the source in `ctx`, each step's output in its own folder of `shared`
     (the run's intermediates; by default new ones in ctx.work_dir). A step `shared` already holds is
-    reused, said in the progress and recorded in the artifact's meta "reused"."""
+    reused, said in the progress and recorded in the artifact's meta (`reused`)."""
     shared = shared if shared is not None else Intermediates(ctx.work_dir)
     q = route.quantizing
-    artifact = ctx.source.artifact.evolve(meta={"route": [ctx.source.artifact.format]})
+    artifact = ctx.source.artifact.noting(route=(ctx.source.artifact.format,))
     reused: list[dict] = []
     for i, step in enumerate(route.steps):
         conv = step.converter
@@ -68,7 +68,7 @@ def build(route: Route, ctx: ConvertContext, stem: str, say: Progress, shared: I
         with captured(), temp_files_in(folder):  # the step's scratch files go beside its output
             artifact = conv()(artifact, path, step.precision, replace(ctx, work_dir=folder))
         shared.built[key] = (artifact, owner)
-    return artifact.evolve(meta={"reused": reused}) if reused else artifact
+    return artifact.noting(reused=tuple(reused)) if reused else artifact
 
 
 @contextmanager

@@ -73,19 +73,18 @@ class TargetJob:
                 elif artifact is None:
                     artifact = self._route(target, route, tmp, spec)
                 calibration = {"source": self.calib.source, "samples": len(self.calib), **calibration}
-                meta = {"calibration": calibration, "quantization": spec.to_json()}
-                artifact = artifact.evolve(meta={**meta, "search": search} if search else meta)
+                artifact = artifact.noting(calibration=calibration, quantization=spec, search=search)
             self.say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
             started = time.perf_counter()
             outputs, inspection = self._run(artifact, samples)
             verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection, self.req.output_kinds)
             verdict = verify_second_size(self.source, artifact, verdict, samples, reference, self.thresholds,
                                          lambda msg: self.say(f"{target.name}: {msg}"))
-            search = artifact.meta.get("search")
+            search = artifact.meta.search
             if search and search["stopped"] == StopReason.MET and verdict.status == Status.FAIL:
                 note = (f"the search met its budgets on {search['samples']} held-out calibration samples, not on the "
                         f"{len(samples)} verification samples: give more (and more varied) calibration samples")
-                artifact = artifact.evolve(meta={"search": {**search, "note": note}})
+                artifact = artifact.noting(search={**search, "note": note})
             measured = ArtifactResult.measured(target.name, artifact, verdict)
             placed = replace(measured, artifact=place(artifact, self.out_dir, self.work))
             self.say(f"{target.name}: {verdict.status} ({time.perf_counter() - started:.1f} s to verify)")

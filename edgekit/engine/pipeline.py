@@ -23,7 +23,7 @@ import numpy as np
 from edgekit.calibration.data import SampleSet, load_samples, random_samples
 from edgekit.calibration.methods import HOLDOUT_FRACTION
 from edgekit.calibration.sources import load_calibration
-from edgekit.core.artifact import ModelArtifact
+from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import BadInput, ConversionFailed, reading
 from edgekit.core.formats import artifact_files, detect, split_name
 from edgekit.core.quiet import captured
@@ -208,7 +208,7 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
 def _verify_given(p, fmt: str, files, inspection: dict, source: Source, samples, reference, thresholds_for,
                   say: Progress, kinds: dict) -> ArtifactResult:
     target = by_format(fmt)
-    artifact = ModelArtifact(fmt, str(p), source.artifact.signature, files=files, meta={"route": ["given"], "seconds": 0.0})
+    artifact = ModelArtifact(fmt, str(p), source.artifact.signature, files=files, meta=ArtifactMeta(route=("given",), seconds=0.0))
     say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
     try:
         outputs, _ = run_isolated(artifact, samples.inputs, inspection=inspection)

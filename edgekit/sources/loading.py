@@ -205,7 +205,7 @@ def _open_torch(fmt: str, location: str, options: SourceOptions) -> TorchSource:
         module.eval()
     sig = Signature(sig.inputs, _output_specs(module, sig, location), sig.layout)
     files = (location,) if Path(location).is_file() else ()
-    artifact = ModelArtifact(fmt, location, sig, "fp32", files, {"torch": torch.__version__})
+    artifact = ModelArtifact(fmt, location, sig, "fp32", files)
     return TorchSource(artifact, module, exported)
 
 

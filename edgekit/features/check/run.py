@@ -191,12 +191,12 @@ def _judge(m: ModelCheck, r, result, precision: str) -> Case:
         reasons.append(f"size {r.bytes} bytes > budget {int(budget['max_bytes'])}")
     hashes = {"artifact": r.sha256, "model": result.source_sha256,
               "calibration": _file_sha256(m.calibration) if m.calibration and precision == "int8" else None}
-    quantization = r.artifact.meta.get("quantization") or {}
+    meta = r.artifact.meta
+    spec = meta.quantization
     return Case(m.name, r.target, precision, Status.FAIL if reasons else Status.PASS, tuple(reasons),
-                r.bytes, r.verdict.metrics, acc, r.artifact.path,
-                r.artifact.meta.get("seconds") or 0.0, hashes, dict(r.artifact.meta.get("tool_versions", {})),
-                budget=budget, overrides=tuple(quantization.get("overrides", ())),
-                search=r.artifact.meta.get("search"), **{p: bool(quantization.get(p)) for p in PASSES})
+                r.bytes, r.verdict.metrics, acc, r.artifact.path, meta.seconds or 0.0, hashes, dict(meta.tool_versions),
+                budget=budget, overrides=tuple(o.to_json() for o in spec.overrides) if spec else (),
+                search=meta.search, **{p: bool(spec and getattr(spec, p)) for p in PASSES})
 
 
 def _timed(models: tuple[ModelCheck, ...], cases: list[Case], progress=None) -> list[Case]:
