@@ -15,7 +15,7 @@ from edgekit.sources.loading import SourceOptions
 from edgekit.engine.request import build_request
 from edgekit.engine.pipeline import convert
 from edgekit.engine import pipeline, runners
-from edgekit.engine.runners import run_isolated
+from edgekit.engine.isolation import run_isolated
 from edgekit.core.signature import Signature, TensorSpec
 from tests.conftest import DIGITS, DIGITS_EVAL
 

@@ -117,6 +117,15 @@ def test_engine_modules_stay_small():
     assert big == {}, f"engine modules over ~300 lines: {big}"
 
 
+def test_engine_functions_stay_short():
+    """An engine function that does several jobs is split by job (a reader holds one screen at a time)."""
+    long = {f"{m}.{node.name}": node.end_lineno - node.lineno + 1
+            for m, p in MODULES.items() if _layer(m) == LAYERS.index("engine")
+            for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > 60}
+    assert long == {}, f"engine functions over 60 lines: {long}"
+
+
 # Frameworks, and the helpers that come with them rather than with edgekit: imported only inside the
 # functions that need them, never at a module's top. Why each stays off the import path (import times
 # measured here, on 2 CPUs under load, in a fresh process):

@@ -138,7 +138,7 @@ def test_a_method_the_backend_lacks_is_an_error_not_a_substitute(tmp_path):
 def test_inspection_fails_an_int8_verdict_for_a_model_that_did_not_quantize(converted_digits):
     """An fp32 artifact judged as int8: outputs match, but the inspection says it is all float."""
     from edgekit.sources.loading import open_source
-    from edgekit.engine.runners import run_isolated
+    from edgekit.engine.isolation import run_isolated
 
     with np.load(DIGITS_EVAL) as data:
         x = data["x"][:16].reshape(16, 1, 1, 8, 8)

@@ -25,7 +25,7 @@ from edgekit.core.quant import PASSES, Method, QuantSpec, auto_specs
 from edgekit.core.quiet import captured
 from edgekit.converters.base import ConvertContext
 from edgekit.core.results import ArtifactResult
-from edgekit.engine.runners import run_isolated
+from edgekit.engine.isolation import run_isolated
 from edgekit.core.verify import Status, compare, only_near_ties
 
 if TYPE_CHECKING:
@@ -55,42 +55,50 @@ class TargetJob:
         return self.ran[key]
 
     def run(self, target, route: Route, samples: SampleSet, reference: list) -> ArtifactResult:
+        """Build the target's artifact, verify it against the source's `reference` outputs on `samples`, place it."""
         tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=self.work))
         try:
-            step = route.quantizing_step
-            calibration = None
-            if step is None:
-                artifact = self._route(target, route, tmp, self.req.spec_for())
-            else:
-                if self.req.auto:
-                    artifact, spec, calibration = self._auto(target, route, step, tmp)
-                else:
-                    spec = self.req.spec_for(step.converter)
-                    artifact, calibration = None, {"method": spec.method}
-                search = None
-                if self.req.search.budgets:
-                    artifact, spec, search = self._search(target, route, step, tmp, spec, artifact)
-                elif artifact is None:
-                    artifact = self._route(target, route, tmp, spec)
-                calibration = {"source": self.calib.source, "samples": len(self.calib), **calibration}
-                artifact = artifact.noting(calibration=calibration, quantization=spec, search=search)
+            artifact = self._build(target, route, tmp)
             self.say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
             started = time.perf_counter()
-            outputs, inspection = self._run(artifact, samples)
-            verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection, self.req.output_kinds)
-            verdict = verify_second_size(self.source, artifact, verdict, samples, reference, self.thresholds,
-                                         lambda msg: self.say(f"{target.name}: {msg}"))
-            search = artifact.meta.search
-            if search and search["stopped"] == StopReason.MET and verdict.status == Status.FAIL:
-                note = (f"the search met its budgets on {search['samples']} held-out calibration samples, not on the "
-                        f"{len(samples)} verification samples: give more (and more varied) calibration samples")
-                artifact = artifact.noting(search={**search, "note": note})
+            artifact, verdict = self._verify(target, artifact, samples, reference)
             measured = ArtifactResult.measured(target.name, artifact, verdict)
             placed = replace(measured, artifact=place(artifact, self.out_dir, self.work))
             self.say(f"{target.name}: {verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
             return placed
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _build(self, target, route: Route, tmp: Path) -> ModelArtifact:
+        """The route's artifact; at int8 with its calibration chosen (`auto`) and layers kept back (a search)."""
+        step = route.quantizing_step
+        if step is None:
+            return self._route(target, route, tmp, self.req.spec_for())
+        if self.req.auto:
+            artifact, spec, calibration = self._auto(target, route, step, tmp)
+        else:
+            spec = self.req.spec_for(step.converter)
+            artifact, calibration = None, {"method": spec.method}
+        search = None
+        if self.req.search.budgets:
+            artifact, spec, search = self._search(target, route, step, tmp, spec, artifact)
+        elif artifact is None:
+            artifact = self._route(target, route, tmp, spec)
+        calibration = {"source": self.calib.source, "samples": len(self.calib), **calibration}
+        return artifact.noting(calibration=calibration, quantization=spec, search=search)
+
+    def _verify(self, target, artifact: ModelArtifact, samples: SampleSet, reference: list):
+        """(the artifact, noting where a search's choice did not hold on the verification samples, its verdict)."""
+        outputs, inspection = self._run(artifact, samples)
+        verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection, self.req.output_kinds)
+        verdict = verify_second_size(self.source, artifact, verdict, samples, reference, self.thresholds,
+                                     lambda msg: self.say(f"{target.name}: {msg}"))
+        search = artifact.meta.search
+        if search and search["stopped"] == StopReason.MET and verdict.status == Status.FAIL:
+            note = (f"the search met its budgets on {search['samples']} held-out calibration samples, not on the "
+                    f"{len(samples)} verification samples: give more (and more varied) calibration samples")
+            artifact = artifact.noting(search={**search, "note": note})
+        return artifact, verdict
 
     def _route(self, target, route: Route, folder: Path, spec: QuantSpec) -> ModelArtifact:
         ctx = ConvertContext(self.source, folder, self.calib, spec)

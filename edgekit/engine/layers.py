@@ -13,7 +13,7 @@ from edgekit.core.drift import LayerDrift, from_json, keras_layer, module_path_f
 from edgekit.engine.build import build
 from edgekit.engine.graph import Graph
 from edgekit.engine.pte_layers import trace
-from edgekit.engine.runners import trace_layers_isolated
+from edgekit.engine.isolation import trace_layers_isolated
 
 SAMPLES = 32  # samples traced: every intermediate tensor of every sample is read
 

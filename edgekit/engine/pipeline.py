@@ -33,7 +33,7 @@ from edgekit.engine.build import Intermediates, Progress, run_folder, stem_of
 from edgekit.engine.job import TargetJob
 from edgekit.engine.plan import Plan, plan
 from edgekit.engine.request import ConvertRequest
-from edgekit.engine.runners import run_isolated, start_workers
+from edgekit.engine.isolation import run_isolated, start_workers
 from edgekit.engine.search import SEARCH_FRACTION
 from edgekit.engine.sizes import verify_second_size
 from edgekit.sources.loading import Source, SourceOptions, open_source

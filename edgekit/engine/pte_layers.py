@@ -42,6 +42,48 @@ def trace(source, calibration, spec, inputs: dict[str, np.ndarray]):
     return rank(traced, sqnr)
 
 
+def _weights(pairs, fnodes) -> dict:
+    """{key: (the quantized node computing a weighted op's dequantized weight, the float weight node)}."""
+    import torch
+
+    weights = {}
+    for key, n, _f, _seen_nodes in pairs:
+        if n.op == "call_function" and _op(n).startswith(WEIGHTED) and len(n.args) > 1 \
+                and isinstance(n.args[1], torch.fx.Node) and _is_constant(n.args[1]):
+            fw = fnodes[key].args[1] if len(fnodes[key].args) > 1 else None
+            if isinstance(fw, torch.fx.Node):
+                weights[key] = (n.args[1], fw)
+    return weights
+
+
+def _activation_sqnr(float_module, quantized, inputs, input_names, pairs, q_once: set) -> tuple[dict, dict]:
+    """({key: SQNR dB of the values the next layers see}, {name: value} of the `q_once` constants), each
+    sample run through both graphs on its own."""
+    import torch
+
+    q_wanted = {m.name for _k, _n, _f, seen in pairs for m in seen}
+    f_wanted = {f.name for _k, _n, f, _s in pairs}
+    sums = SqnrSums()
+    q_const: dict[str, list[np.ndarray]] = {}
+    with torch.no_grad():
+        for i in range(len(inputs[input_names[0]])):
+            args = _sample_args(float_module, inputs, input_names, i)
+            fvals = _run(float_module, args, f_wanted)
+            qvals = _run(quantized, args, q_wanted | (q_once if i == 0 else set()))
+            if i == 0:
+                q_const = {k: qvals[k] for k in q_once if k in qvals}
+            for key, n, f, seen in pairs:
+                if f.name not in fvals or not all(m.name in qvals for m in seen):
+                    continue
+                ref = _pick(fvals[f.name], n, seen)
+                act = [a for m in seen for a in qvals[m.name]]
+                if len(ref) != len(act) or any(r.shape != a.shape for r, a in zip(ref, act)):
+                    continue  # not the same tensor after all: leave it out
+                for r, a in zip(ref, act):
+                    sums.add(key, r, a)
+    return sums.result(), q_const
+
+
 def compare(float_module, quantized, inputs: dict[str, np.ndarray],
             input_names) -> tuple[list[Traced], dict[str, float]]:
     """(traced compute nodes of `quantized`, {float node name: SQNR dB}) over the samples in `inputs`.
@@ -59,38 +101,9 @@ def compare(float_module, quantized, inputs: dict[str, np.ndarray],
         elif _is_compute(n) and n.name in fnodes:
             pairs.append((n.name, n, _folded_into(fnodes[n.name], qnames), _seen(n)))
 
-    # Values each sample needs, and constants (weights) read once.
-    q_wanted = {m.name for _k, _n, _f, seen in pairs for m in seen}
-    f_wanted = {f.name for _k, _n, f, _s in pairs}
-    weights = {}  # key → (quantized node computing the dequantized weight, float weight nodes)
-    for key, n, f, _seen_nodes in pairs:
-        if n.op == "call_function" and _op(n).startswith(WEIGHTED) and len(n.args) > 1 \
-                and isinstance(n.args[1], torch.fx.Node) and _is_constant(n.args[1]):
-            fw = fnodes[key].args[1] if len(fnodes[key].args) > 1 else None
-            if isinstance(fw, torch.fx.Node):
-                weights[key] = (n.args[1], fw)
-    q_once = {qw.name for qw, _fw in weights.values()}
-
-    sums = SqnrSums()
-    q_const: dict[str, list[np.ndarray]] = {}
-    n_samples = len(inputs[input_names[0]])
-    with torch.no_grad():
-        for i in range(n_samples):
-            args = _sample_args(float_module, inputs, input_names, i)
-            fvals = _run(float_module, args, f_wanted)
-            qvals = _run(quantized, args, q_wanted | (q_once if i == 0 else set()))
-            if i == 0:
-                q_const = {k: qvals[k] for k in q_once if k in qvals}
-            for key, n, f, seen in pairs:
-                if f.name not in fvals or not all(m.name in qvals for m in seen):
-                    continue
-                ref = _pick(fvals[f.name], n, seen)
-                act = [a for m in seen for a in qvals[m.name]]
-                if len(ref) != len(act) or any(r.shape != a.shape for r, a in zip(ref, act)):
-                    continue  # not the same tensor after all: leave it out
-                for r, a in zip(ref, act):
-                    sums.add(key, r, a)
-    sqnr = sums.result()
+    weights = _weights(pairs, fnodes)
+    sqnr, q_const = _activation_sqnr(float_module, quantized, inputs, input_names, pairs,
+                                     {qw.name for qw, _fw in weights.values()})
 
     traced = []
     for key, n, f, _seen_nodes in pairs:

@@ -27,7 +27,7 @@ from edgekit.core.artifact import ModelArtifact
 from edgekit.core.errors import ConversionFailed
 from edgekit.core.signature import Signature
 from edgekit.core.verify import Status, Verdict, compare
-from edgekit.engine.runners import run_isolated
+from edgekit.engine.isolation import run_isolated
 from edgekit.sources.loading import Source
 from edgekit.targets.inspection import shape_text
 

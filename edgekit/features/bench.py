@@ -26,7 +26,7 @@ from edgekit.core.quiet import captured
 from edgekit.core.results import ConvertResult
 from edgekit.core.verify import Status
 from edgekit.engine.pipeline import ConvertRequest, convert
-from edgekit.engine.runners import latency_isolated
+from edgekit.engine.isolation import latency_isolated
 from edgekit.core.formats import split_name
 from edgekit.features.report import build_report
 from edgekit.features.report.build import ARTIFACT_FORMATS

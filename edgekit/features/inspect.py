@@ -4,7 +4,7 @@ For each .tflite, .pte, .ptl, .onnx or .ort file (the format detected by content
 `convert` makes of every artifact (edgekit.targets.inspection: int8 weight share, int8 compute and
 conv/matmul shares, float ops, delegation, I/O dtypes, I/O shapes with dynamic dimensions, op counts,
 largest tensors), plus its files and the precision its name or its weights show. The files may be
-anyone's: each is read in a child process (edgekit.engine.runners.inspect_isolated), so a reader's
+anyone's: each is read in a child process (edgekit.engine.isolation.inspect_isolated), so a reader's
 native crash is an error naming the file, not a dead command. Importing this module imports no framework.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from edgekit.core.errors import BadInput, ConversionFailed, reading
 from edgekit.core.formats import artifact_files, detect, split_name
-from edgekit.engine.runners import inspect_isolated
+from edgekit.engine.isolation import inspect_isolated
 from edgekit.targets import TARGETS
 from edgekit.targets.inspection import precision_from_inspection
 
