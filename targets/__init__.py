@@ -1,4 +1,6 @@
-"""Targets are data: a name → its format, file extension, CPU runner and the extra it needs."""
+"""Targets are data, one record per format and the only table of what each format has: its file
+extension, the extra it needs, its CPU runner, inspector, per-layer tracer and latency opener (each a
+"module:name" spec, imported only when used, in the process that uses it)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ class Target:
     extra: str
     runtime: str  # what a user reads in the report
     inspector: str = ""  # "module:function" reading the artifact (edgekit.targets.inspection)
+    latency: str = ""  # "module:function" opening the artifact for timing (edgekit.targets.latency)
+    layers: str = ""  # "module:function" tracing per-layer drift against the fp32 artifact (edgekit.targets.layers)
     aliases: tuple[str, ...] = ()
     legacy: bool = False
     modules: tuple[str, ...] = ()  # the runtime the runner imports: a runtime worker imports it as it starts
@@ -28,18 +32,22 @@ TARGETS: dict[str, Target] = {
     for t in (
         Target("tflite", "tflite", ".tflite", "edgekit.targets.tflite:TfliteRunner", "tflite",
                "LiteRT interpreter (ai_edge_litert)", "edgekit.targets.tflite_inspect:inspect",
+               "edgekit.targets.latency:open_tflite", "edgekit.targets.tflite_layers:trace",
                modules=("ai_edge_litert.interpreter",)),
         Target("executorch", "pte", ".pte", "edgekit.targets.executorch:PteRunner", "executorch",
-               "ExecuTorch runtime (executorch.runtime)", "edgekit.targets.pte_inspect:inspect", aliases=("pte",),
+               "ExecuTorch runtime (executorch.runtime)", "edgekit.targets.pte_inspect:inspect",
+               "edgekit.targets.latency:open_pte", aliases=("pte",),
                modules=("torch", "executorch.runtime")),
         Target("ptl", "ptl", ".ptl", "edgekit.targets.ptl:PtlRunner", "torch",
-               "PyTorch Mobile lite interpreter", "edgekit.targets.ptl_inspect:inspect", legacy=True,
+               "PyTorch Mobile lite interpreter", "edgekit.targets.ptl_inspect:inspect",
+               "edgekit.targets.latency:open_ptl", legacy=True,
                modules=("torch.jit.mobile",)),
         Target("onnx", "onnx", ".onnx", "edgekit.targets.onnx:OnnxRunner", "onnx",
-               "ONNX Runtime (CPU)", "edgekit.targets.onnx_inspect:inspect", modules=("onnxruntime",)),
+               "ONNX Runtime (CPU)", "edgekit.targets.onnx_inspect:inspect", "edgekit.targets.latency:open_onnx",
+               "edgekit.targets.onnx_layers:trace", modules=("onnxruntime",)),
         Target("ort", "ort", ".ort", "edgekit.targets.ort:OrtRunner", "onnx",
                "ONNX Runtime (CPU), ORT format", "edgekit.targets.ort_inspect:inspect",
-               modules=("onnxruntime",)),
+               "edgekit.targets.latency:open_ort", modules=("onnxruntime",)),
     )
 }
 

@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from edgekit.core.process import die_with_parent
-from edgekit.targets import by_format
+from edgekit.targets import by_format, load
 from edgekit.targets.executorch import without_compiler
 from edgekit.targets.onnx import ORT_TYPES
 from edgekit.targets.onnx import session as onnx_session
@@ -243,8 +243,8 @@ def open_ptl(path: str, threads: int, inputs: dict, shapes: dict, rng):
     return call, _specs(feeds)
 
 
-OPEN = {"tflite": open_tflite, "onnx": open_onnx, "ort": lambda *a: open_onnx(*a, ort_format=True),
-        "pte": open_pte, "ptl": open_ptl}
+def open_ort(path: str, threads: int, inputs: dict, shapes: dict, rng):
+    return open_onnx(path, threads, inputs, shapes, rng, ort_format=True)
 
 
 def _specs(feeds: dict[str, np.ndarray]) -> list[dict]:
@@ -280,12 +280,13 @@ def measure(job: dict) -> dict:
     for module in (*by_format(fmt).modules, *job.get("needed", ())):  # the runtime, and what the artifact declares
         importlib.import_module(module)
     runtime_rss = _status_bytes("VmRSS")
+    opener = load(by_format(fmt).latency)
     timings, specs = [], []
     min_seconds, max_seconds = job.get("min_seconds", MIN_SECONDS), job.get("max_seconds", MAX_SECONDS)
     for threads in job["threads"]:
         pooled, stable = [], True
         for _ in range(ROUNDS):  # fresh instances: where the runtime put its buffers changes the latency too
-            call, specs = OPEN[fmt](path, threads, inputs, shapes, np.random.default_rng(0))
+            call, specs = opener(path, threads, inputs, shapes, np.random.default_rng(0))
             seconds, settled_ = samples(call, min_seconds=min_seconds / ROUNDS, max_seconds=max_seconds / ROUNDS)
             pooled += seconds
             stable = stable and settled_

@@ -7,7 +7,6 @@ Writes the ranked layers (edgekit.core.drift.LayerDrift as JSON), the layer losi
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 
@@ -16,8 +15,7 @@ import numpy as np
 from edgekit.core.drift import rank, to_json
 from edgekit.core.process import die_with_parent
 from edgekit.core.signature import Signature
-
-BACKENDS = {"tflite": "edgekit.targets.tflite_layers", "onnx": "edgekit.targets.onnx_layers"}
+from edgekit.targets import by_format, load
 
 
 def main(argv: list[str]) -> int:
@@ -27,7 +25,7 @@ def main(argv: list[str]) -> int:
         sig = Signature.from_json(json.load(f))
     with np.load(in_path) as data:
         inputs = {k: data[k] for k in data.files}
-    traced, sqnr = importlib.import_module(BACKENDS[fmt]).trace(float_path, quant_path, sig, inputs)
+    traced, sqnr = load(by_format(fmt).layers)(float_path, quant_path, sig, inputs)
     with open(out_path, "w") as f:
         json.dump(to_json(rank(traced, sqnr)), f)
     return 0

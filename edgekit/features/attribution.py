@@ -16,9 +16,12 @@ from edgekit.core.quant import QuantSpec
 from edgekit.core.quiet import captured
 from edgekit.engine.layers import SAMPLES, rank_layers
 from edgekit.sources.loading import SourceOptions, open_source
+from edgekit.targets import TARGETS
 from edgekit.targets.inspection import inspect_artifact
 
-ATTRIBUTED_FORMATS = ("tflite", "onnx", "pte")
+# Formats whose targets trace per-layer drift in their runtime, and .pte (its PT2E model is rebuilt and
+# traced in edgekit.engine.pte_layers: the .pte itself runs as one XNNPACK call).
+ATTRIBUTED_FORMATS = (*(t.format for t in TARGETS.values() if t.layers), "pte")
 
 
 def attribute(artifact_path: str, source: str, *, source_options=None, eval_data: str | None = None,
