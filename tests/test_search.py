@@ -70,12 +70,12 @@ def test_the_search_keeps_only_layers_that_help_and_says_why_it_stopped():
     measure, calls = _measure({"a": 0.05, "b": -0.01, "c": 0.0, "d": 0.06})
     ranked = [_Layer("input x", 9), _Layer("a", 8), _Layer("b", 6), _Layer("c", 5), _Layer("d", 4), _Layer("e", 0.1)]
     best, record = Search((Budget("cosine", 0.99),), ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked)
-    assert [k["layer"] for k in record["kept"]] == ["a", "d"]  # b made it worse, c changed nothing: undone
-    assert record["stopped"] is StopReason.MET and record["conversions"] == 5  # full int8, a, b, c, d; e is not a candidate
-    assert record["rankings"] == 2  # once on full int8, again after a was kept
-    assert record["kept"][0]["contribution"]["cosine"] == pytest.approx(0.05)
-    assert record["steps"][2]["note"] == "undone: no progress on cosine 0.95 → 0.94"
-    assert record["steps"][3]["note"] == "undone: no progress on cosine 0.95 → 0.95"
+    assert [k["layer"] for k in record.kept] == ["a", "d"]  # b made it worse, c changed nothing: undone
+    assert record.stopped is StopReason.MET and record.conversions == 5  # full int8, a, b, c, d; e is not a candidate
+    assert record.rankings == 2  # once on full int8, again after a was kept
+    assert record.kept[0]["contribution"]["cosine"] == pytest.approx(0.05)
+    assert record.steps[2].note == "undone: no progress on cosine 0.95 → 0.94"
+    assert record.steps[3].note == "undone: no progress on cosine 0.95 → 0.95"
     assert best.spec.overrides == (LayerOverride("a", "float"), LayerOverride("d", "float"))
 
 
@@ -84,9 +84,9 @@ def test_the_search_tries_the_cheaper_fallback_first_and_respects_the_floor_and_
     search = Search((Budget("cosine", 0.99),), ("int16", "float"), min_int8_share=0.8, max_steps=3)
     best, record = search.run(QuantSpec("int8"), measure, lambda m: [_Layer("a", 8), _Layer("b", 7), _Layer("c", 6)])
     assert [(o.layer, o.precision) for s in calls[1:3] for o in s.overrides] == [("a", "int16"), ("a", "float")]
-    assert "floor" in record["steps"][1]["note"] and not record["kept"]
-    assert record["stopped"] is StopReason.STEPS and record["conversions"] == 4  # the first conversion and three steps
-    assert best.spec.overrides == () and "step limit (3)" in record["why"]
+    assert "floor" in record.steps[1].note and not record.kept
+    assert record.stopped is StopReason.STEPS and record.conversions == 4  # the first conversion and three steps
+    assert best.spec.overrides == () and "step limit (3)" in record.why
 
 
 def test_a_step_must_show_progress_beyond_top1_agreement():
@@ -103,8 +103,8 @@ def test_a_step_must_show_progress_beyond_top1_agreement():
     ranked = [_Layer("a", 8), _Layer("b", 7)]
     for budgets in [(Budget("cosine", 0.99), Budget("top1_agreement", 0.98)), (Budget("top1_agreement", 0.98),)]:
         _best, record = Search(budgets, ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked)
-        assert [k["layer"] for k in record["kept"]] == ["b"], budgets
-        assert record["steps"][1]["note"].startswith(("undone: no progress on cosine", "undone: no progress on the output"))
+        assert [k["layer"] for k in record.kept] == ["b"], budgets
+        assert record.steps[1].note.startswith(("undone: no progress on cosine", "undone: no progress on the output"))
 
 
 def test_a_large_move_of_a_met_cosine_counts_toward_a_missed_top1():
@@ -114,7 +114,7 @@ def test_a_large_move_of_a_met_cosine_counts_toward_a_missed_top1():
 
     _best, record = Search((Budget("cosine", 0.99), Budget("top1_agreement", 0.98)), ("float",)).run(
         QuantSpec("int8"), measure, lambda m: [_Layer("a", 8)])
-    assert [k["layer"] for k in record["kept"]] == ["a"] and record["stopped"] is StopReason.EXHAUSTED
+    assert [k["layer"] for k in record.kept] == ["a"] and record.stopped is StopReason.EXHAUSTED
 
 
 def test_bias_correction_is_tried_first_and_kept_only_when_it_helps():
@@ -125,10 +125,10 @@ def test_bias_correction_is_tried_first_and_kept_only_when_it_helps():
     ranked = []
     best, record = Search((Budget("cosine", 0.99),), ("float",), passes=("bias_correction",)).run(
         QuantSpec("int8"), measure, lambda m: ranked.append(1) or [_Layer("a", 8)])
-    assert record["stopped"] is StopReason.MET and record["conversions"] == 2 and not ranked  # no layer kept back
-    assert record["steps"][1]["change"] == "bias_correction" and record["steps"][1]["accepted"]
-    assert best.spec.bias_correction and record["bias_correction"] and record["kept"] == []
-    assert record["bias_correction_contribution"]["cosine"] == pytest.approx(0.015)
+    assert record.stopped is StopReason.MET and record.conversions == 2 and not ranked  # no layer kept back
+    assert record.steps[1].change == "bias_correction" and record.steps[1].accepted
+    assert best.spec.bias_correction and record.passes["bias_correction"] and record.kept == ()
+    assert record.contributions["bias_correction"]["cosine"] == pytest.approx(0.015)
 
     def hurts(spec, index):
         cos = (0.97 if spec.bias_correction else 0.98) + (0.02 if spec.overrides else 0)
@@ -136,8 +136,8 @@ def test_bias_correction_is_tried_first_and_kept_only_when_it_helps():
 
     best, record = Search((Budget("cosine", 0.99),), ("float",), passes=("bias_correction",)).run(
         QuantSpec("int8"), hurts, lambda m: [_Layer("a", 8)])
-    assert record["steps"][1]["note"].startswith("undone") and not best.spec.bias_correction
-    assert [k["layer"] for k in record["kept"]] == ["a"] and record["bias_correction_contribution"] is None
+    assert record.steps[1].note.startswith("undone") and not best.spec.bias_correction
+    assert [k["layer"] for k in record.kept] == ["a"] and record.contributions["bias_correction"] is None
 
 
 def test_smooth_quant_comes_first_then_bias_correction_each_kept_on_its_own_merit():
@@ -147,12 +147,12 @@ def test_smooth_quant_comes_first_then_bias_correction_each_kept_on_its_own_meri
 
     best, record = Search((Budget("cosine", 0.99),), ("float",), passes=("smooth_quant", "bias_correction")).run(
         QuantSpec("int8"), measure, lambda m: [_Layer("a", 8)])
-    assert [(s["change"], s["accepted"]) for s in record["steps"]] == [
+    assert [(s.change, s.accepted) for s in record.steps] == [
         (None, True), ("smooth_quant", True), ("bias_correction", False), ("layer", True)]
-    assert best.spec.smooth_quant and not best.spec.bias_correction and [k["layer"] for k in record["kept"]] == ["a"]
-    assert record["smooth_quant"] and record["smooth_quant_contribution"]["cosine"] == pytest.approx(0.005)
-    assert record["bias_correction"] is False and record["bias_correction_contribution"] is None
-    assert record["stopped"] is StopReason.MET and "SmoothQuant" in record["why"]
+    assert best.spec.smooth_quant and not best.spec.bias_correction and [k["layer"] for k in record.kept] == ["a"]
+    assert record.passes["smooth_quant"] and record.contributions["smooth_quant"]["cosine"] == pytest.approx(0.005)
+    assert record.passes["bias_correction"] is False and record.contributions["bias_correction"] is None
+    assert record.stopped is StopReason.MET and "SmoothQuant" in record.why
 
 
 def test_only_near_ties_left_stops_before_any_layer_step_and_says_why():
@@ -163,15 +163,15 @@ def test_only_near_ties_left_stops_before_any_layer_step_and_says_why():
     budgets = (Budget("cosine", 0.99), Budget("top1_agreement", 0.98))
     ranked = []
     best, record = Search(budgets, ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked.append(1) or [])
-    assert record["stopped"] is StopReason.NEAR_TIES and record["conversions"] == 1 and not ranked
-    assert "top1_agreement ≥ 0.98 (got 0.96875)" in record["why"] and "near-tie" in record["why"]
+    assert record.stopped is StopReason.NEAR_TIES and record.conversions == 1 and not ranked
+    assert "top1_agreement ≥ 0.98 (got 0.96875)" in record.why and "near-tie" in record.why
     # a disagreement that is not a near-tie, or a missed cosine, still searches
     _, record = Search(budgets, ("float",)).run(QuantSpec("int8"), lambda s, i: measure(s, i, False),
                                                 lambda m: [_Layer("a", 8)])
-    assert record["stopped"] is not StopReason.NEAR_TIES and record["conversions"] > 1
+    assert record.stopped is not StopReason.NEAR_TIES and record.conversions > 1
     _, record = Search((Budget("cosine", 0.999), budgets[1]), ("float",)).run(
         QuantSpec("int8"), measure, lambda m: [_Layer("a", 8)])
-    assert record["stopped"] is not StopReason.NEAR_TIES and record["conversions"] > 1
+    assert record.stopped is not StopReason.NEAR_TIES and record.conversions > 1
 
 
 def test_only_near_ties_reads_the_top_two_scores_of_the_source():
@@ -187,8 +187,8 @@ def test_no_step_when_full_int8_meets_the_budgets():
     ranked = []
     _best, record = Search((Budget("cosine", 0.8),), ("float",)).run(QuantSpec("int8"), measure,
                                                                       lambda m: ranked.append(1) or [])
-    assert record["stopped"] is StopReason.MET and record["conversions"] == 1 and not ranked  # not even a ranking
-    assert record["rankings"] == 0
+    assert record.stopped is StopReason.MET and record.conversions == 1 and not ranked  # not even a ranking
+    assert record.rankings == 0
 
 
 # --- real converters and runtimes ---------------------------------------------------------------

@@ -196,34 +196,33 @@ def render_result(result, console: Console | None) -> None:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
-def _render_search(search: dict, console: Console) -> None:
-    """The accuracy-aware search: its steps, the layers kept back, and why it stopped."""
-    console.print(f"    search ({search['conversions']} conversions, {search['seconds']:.1f} s): {search['why']}")
-    if search.get("note"):
-        console.print(f"    [yellow]note:[/yellow] {search['note']}")
-    if len(search["steps"]) == 1:
+def _render_search(search, console: Console) -> None:
+    """The accuracy-aware search (a SearchRecord): its steps, the layers kept back, and why it stopped."""
+    console.print(f"    search ({search.conversions} conversions, {search.seconds:.1f} s): {search.why}")
+    if search.note:
+        console.print(f"    [yellow]note:[/yellow] {search.note}")
+    if len(search.steps) == 1:
         return  # full int8 met the budgets: no table of one row
     table = Table(show_header=True, header_style="bold", box=None, padding=(0, 1))
-    for col in ("step", "layer", "→", *search["budgets"], "int8 share", "size", "result"):
+    for col in ("step", "layer", "→", *search.budgets, "int8 share", "size", "result"):
         table.add_column(col, justify="left" if col in ("layer", "→", "result") else "right")
-    for row in search["steps"]:
-        values = row.get("values", {})
-        what = f"({PASSES[row['change']]})" if row.get("change") in PASSES else row["layer"] or "(full int8)"
-        table.add_row(str(row["step"]), what, row["precision"] or "",
-                      *(_fmt(values.get(k)) if k in values else "—" for k in search["budgets"]),
-                      f"{row['int8_share']:.3f}" if "int8_share" in row else "—",
-                      _size(row["bytes"]) if "bytes" in row else "—",
-                      f"[green]{row['note']}[/green]" if row["accepted"] else f"[dim]{row['note']}[/dim]")
+    for row in search.steps:
+        values = row.values or {}
+        what = f"({PASSES[row.change]})" if row.change in PASSES else row.layer or "(full int8)"
+        table.add_row(str(row.step), what, row.precision or "",
+                      *(_fmt(values.get(k)) if k in values else "—" for k in search.budgets),
+                      f"{row.int8_share:.3f}" if row.int8_share is not None else "—",
+                      _size(row.bytes) if row.bytes is not None else "—",
+                      f"[green]{row.note}[/green]" if row.accepted else f"[dim]{row.note}[/dim]")
     console.print(table)
-    for k in search["kept"]:
+    for k in search.kept:
         gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
         size = f"+{_size(k['bytes'])}" if k["bytes"] >= 0 else f"-{_size(-k['bytes'])}"
         console.print(f"    kept back: {k['layer']} at {k['precision']} ({size}; {gains})")
     for name, label in PASSES.items():
-        if search.get(f"{name}_contribution"):
-            gains = ", ".join(f"{m} {d:+.4g}" for m, d in search[f"{name}_contribution"].items() if d is not None)
+        if search.contributions.get(name):
+            gains = ", ".join(f"{m} {d:+.4g}" for m, d in search.contributions[name].items() if d is not None)
             console.print(f"    {label} kept ({gains})")
-
 
 
 def render_graph(edges, targets) -> None:

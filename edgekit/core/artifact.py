@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from edgekit.core.quant import QuantSpec
+from edgekit.core.search_record import SearchRecord
 from edgekit.core.signature import Signature
 
 # Facts about a quantized ONNX model that the later steps of its route keep (an .ort made from it).
@@ -21,14 +22,14 @@ REPORTED = ("quantization", "int8_types", "opset_upgrade", "outside_delegate", "
 class ArtifactMeta:
     """What the steps of a route learned about the artifact they made, typed; JSON only in a result's
     document and in the artifact cache (`to_json` / `from_json`). Records that are themselves reports
-    (the calibration's candidates, the search's steps, a mobile-package verdict) stay JSON-shaped."""
+    (the calibration's candidates, a mobile-package verdict) stay JSON-shaped."""
 
     route: tuple[str, ...] = ()  # the formats from the source on
     tool_versions: Mapping[str, str] = field(default_factory=dict)
     seconds: float | None = None  # the whole route's conversion time
     calibration: Mapping | None = None  # source, samples, method (and `auto`'s candidates)
     quantization: QuantSpec | None = None  # the int8 spec as made
-    search: Mapping | None = None  # the accuracy-aware search's record (edgekit.engine.search)
+    search: SearchRecord | None = None  # the accuracy-aware search's record (edgekit.engine.search)
     int8_types: Mapping | None = None  # an int8 ONNX model's activation and weight types
     opset_upgrade: Mapping | None = None  # an ONNX model upgraded before quantization: from, to, why
     outside_delegate: tuple[Mapping, ...] = ()  # .pte nodes left to the portable kernels
@@ -44,7 +45,7 @@ class ArtifactMeta:
             value = getattr(self, name)
             if value is None or value == ():
                 continue
-            out[name] = value.to_json() if isinstance(value, QuantSpec) else list(value) if isinstance(value, tuple) else value
+            out[name] = value.to_json() if hasattr(value, "to_json") else list(value) if isinstance(value, tuple) else value
         return out
 
     @classmethod
@@ -56,6 +57,8 @@ class ArtifactMeta:
                 values[name] = tuple(values[name])
         if values.get("quantization") is not None:
             values["quantization"] = QuantSpec.from_json(values["quantization"])
+        if values.get("search") is not None:
+            values["search"] = SearchRecord.from_json(values["search"])
         return cls(**values)
 
 

@@ -18,7 +18,8 @@ from edgekit.calibration.data import SampleSet
 from edgekit.core.errors import ConversionFailed
 from edgekit.engine.graph import Route
 from edgekit.engine.layers import SAMPLES, float_reference, rank_layers
-from edgekit.engine.search import Measurement, Search, StopReason
+from edgekit.core.search_record import StopReason
+from edgekit.engine.search import Measurement, Search
 from edgekit.engine.sizes import verify_second_size
 from edgekit.sources.loading import Source
 from edgekit.core.quant import PASSES, Method, QuantSpec, auto_specs
@@ -94,10 +95,10 @@ class TargetJob:
         verdict = verify_second_size(self.source, artifact, verdict, samples, reference, self.thresholds,
                                      lambda msg: self.say(f"{target.name}: {msg}"))
         search = artifact.meta.search
-        if search and search["stopped"] == StopReason.MET and verdict.status == Status.FAIL:
-            note = (f"the search met its budgets on {search['samples']} held-out calibration samples, not on the "
+        if search and search.stopped is StopReason.MET and verdict.status == Status.FAIL:
+            note = (f"the search met its budgets on {search.samples} held-out calibration samples, not on the "
                     f"{len(samples)} verification samples: give more (and more varied) calibration samples")
-            artifact = artifact.noting(search={**search, "note": note})
+            artifact = artifact.noting(search=replace(search, note=note))
         return artifact, verdict
 
     def _route(self, target, route: Route, folder: Path, spec: QuantSpec) -> ModelArtifact:
@@ -134,8 +135,8 @@ class TargetJob:
         search = Search(terms.budgets, step.converter.capabilities.fallbacks, terms.min_int8_share, terms.max_steps, say,
                         passes=self._passes(step.converter))
         best, record = search.run(spec, measure, rank)
-        record["samples"] = len(held_out)
-        say(f"search: {record['why']} ({record['conversions']} conversions, {record['seconds']:.1f} s)")
+        record = replace(record, samples=len(held_out))
+        say(f"search: {record.why} ({record.conversions} conversions, {record.seconds:.1f} s)")
         return best.artifact, best.spec, record
 
     def _passes(self, converter) -> tuple[str, ...]:

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import Callable
 
 from edgekit.core.budgets import Budget
 from edgekit.core.errors import BadInput
 from edgekit.core.quant import PASSES, QuantSpec
+from edgekit.core.search_record import SearchRecord, SearchStep, StopReason
 from edgekit.core.verify import NEAR_TIE
 
 SEARCH_FRACTION = 0.5  # of the calibration samples held out for the search to measure on
@@ -50,16 +50,6 @@ MIN_PROGRESS = 0.01
 STRONG_PROGRESS = 0.1
 SQNR_DB_PER_WIDTH = 5.0
 DISCRETE = ("top1_agreement",)  # moves by whole samples
-
-
-class StopReason(StrEnum):
-    """Why a search stopped (the record's "stopped"; a str, so the JSON keeps the word)."""
-
-    MET = "met"  # every budget holds
-    NEAR_TIES = "near-ties"  # only top-1 is missed, and every disagreeing sample is a near-tie
-    NO_FALLBACK = "no-fallback"  # the backend cannot keep single layers back
-    STEPS = "steps"  # the step limit was reached
-    EXHAUSTED = "exhausted"  # no ranked layer is left to keep back
 
 
 @dataclass(frozen=True)
@@ -123,8 +113,8 @@ class Search:
         return None
 
     def run(self, spec: QuantSpec, convert_and_measure: Callable[[QuantSpec, int], Measurement],
-            rank: Callable[[Measurement], list]) -> tuple[Measurement, dict]:
-        """Search from `spec`; returns the best measurement and the record of the search (JSON)."""
+            rank: Callable[[Measurement], list]) -> tuple[Measurement, SearchRecord]:
+        """Search from `spec`; returns the best measurement and the record of the search."""
         started = time.perf_counter()
         self.conversions = 0
 
@@ -149,19 +139,12 @@ class Search:
         else:
             stopped = self._greedy(best, measure, rank)
             best = self._best
-        record = {
-            "budgets": {b.metric: b.limit for b in self.budgets}, "stopped": stopped,
-            "why": self._why(stopped, best), "conversions": self.conversions,
-            "seconds": round(time.perf_counter() - started, 3), "rankings": self.rankings,
-            "ranking_seconds": round(self.ranking_seconds, 3), "min_int8_share": self.min_int8_share,
-            "max_steps": self.max_steps,
-            "values": self.values(best), "int8_share": round(best.int8_share, 6), "bytes": best.bytes,
-            "overrides": [o.to_json() for o in best.spec.overrides], "kept": list(self.kept), "steps": list(self.steps),
-        }
-        for name in PASSES:
-            record[name] = getattr(best.spec, name)
-            record[f"{name}_contribution"] = contributions.get(name)
-        return best, record
+        return best, SearchRecord(
+            {b.metric: b.limit for b in self.budgets}, stopped, self._why(stopped, best), self.conversions,
+            round(time.perf_counter() - started, 3), self.rankings, round(self.ranking_seconds, 3), self.min_int8_share,
+            self.max_steps, self.values(best), round(best.int8_share, 6), best.bytes,
+            tuple(o.to_json() for o in best.spec.overrides), tuple(self.kept), tuple(self.steps),
+            {name: getattr(best.spec, name) for name in PASSES}, {name: contributions.get(name) for name in PASSES})
 
     def _try_pass(self, best: Measurement, measure, name: str) -> tuple[Measurement, dict | None]:
         """A step that turns on the whole-model pass `name` (a QuantSpec flag). Returns the better of the
@@ -237,13 +220,12 @@ class Search:
 
     def _record(self, index: int, layer, precision, m: Measurement | None, accepted: bool, note: str,
                 change: str | None = None) -> None:
-        row = {"step": index, "layer": layer, "precision": precision, "change": change or ("layer" if layer else None),
-               "accepted": accepted, "note": note}
+        row = SearchStep(index, layer, precision, change or ("layer" if layer else None), accepted, note)
         if m is not None:
-            row.update(values=self.values(m), int8_share=round(m.int8_share, 6), bytes=m.bytes,
-                       layers=[o.to_json() for o in m.spec.overrides], seconds=round(m.seconds, 3))
+            row = replace(row, values=self.values(m), int8_share=round(m.int8_share, 6), bytes=m.bytes,
+                          layers=tuple(o.to_json() for o in m.spec.overrides), seconds=round(m.seconds, 3))
         self.steps.append(row)
-        shown = ", ".join(f"{k} {_num(v)}" for k, v in row.get("values", {}).items())
+        shown = ", ".join(f"{k} {_num(v)}" for k, v in (row.values or {}).items())
         what = (PASSES[change] if change in PASSES else "full int8" if layer is None
                 else f"{layer} → {precision}")
         share = f", int8 share {m.int8_share:.3f}" if m is not None else ""

@@ -1,0 +1,101 @@
+"""The record of an accuracy-aware int8 search (edgekit.engine.search), typed: why it stopped, each
+step it took and what each kept layer or whole-model pass contributed. JSON only in a result's document,
+the artifact cache and a check's baseline (`to_json` / `from_json`, the keys unchanged)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+from typing import Mapping
+
+from edgekit.core.quant import PASSES
+
+
+class StopReason(StrEnum):
+    """Why a search stopped (a str, so the JSON keeps the word)."""
+
+    MET = "met"  # every budget holds
+    NEAR_TIES = "near-ties"  # only top-1 is missed, and every disagreeing sample is a near-tie
+    NO_FALLBACK = "no-fallback"  # the backend cannot keep single layers back
+    STEPS = "steps"  # the step limit was reached
+    EXHAUSTED = "exhausted"  # no ranked layer is left to keep back
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """One conversion of the search: what changed (a layer kept back, or a whole-model pass turned on),
+    whether it was kept, and — when it was measured — the budget metrics, int8 share and size."""
+
+    step: int
+    layer: str | None
+    precision: str | None
+    change: str | None  # "layer", a PASSES name, or None for the first conversion
+    accepted: bool
+    note: str
+    values: Mapping[str, float | None] | None = None
+    int8_share: float | None = None
+    bytes: int | None = None
+    layers: tuple[Mapping, ...] | None = None  # the overrides of the spec measured
+    seconds: float | None = None
+
+    def to_json(self) -> dict:
+        out = {"step": self.step, "layer": self.layer, "precision": self.precision, "change": self.change,
+               "accepted": self.accepted, "note": self.note}
+        if self.values is not None:
+            out.update(values=dict(self.values), int8_share=self.int8_share, bytes=self.bytes,
+                       layers=list(self.layers or ()), seconds=self.seconds)
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "SearchStep":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: tuple(v) if k == "layers" else v for k, v in d.items() if k in known})
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    budgets: Mapping[str, float]
+    stopped: StopReason
+    why: str
+    conversions: int
+    seconds: float
+    rankings: int
+    ranking_seconds: float
+    min_int8_share: float
+    max_steps: int
+    values: Mapping[str, float | None]  # the budget metrics of the model kept
+    int8_share: float
+    bytes: int
+    overrides: tuple[Mapping, ...]  # the layers kept back, as the QuantSpec's overrides
+    kept: tuple[Mapping, ...]  # each kept layer: layer, precision, step, bytes, float_weight_bytes, contribution
+    steps: tuple[SearchStep, ...]
+    passes: Mapping[str, bool] = field(default_factory=dict)  # PASSES name → on in the model kept
+    contributions: Mapping[str, Mapping | None] = field(default_factory=dict)  # PASSES name → its metric gains
+    samples: int | None = None  # the held-out samples it searched on
+    note: str | None = None  # where its choice did not hold on the verification samples
+
+    def __post_init__(self):
+        object.__setattr__(self, "stopped", StopReason(self.stopped))
+
+    def to_json(self) -> dict:
+        out = {"budgets": dict(self.budgets), "stopped": self.stopped, "why": self.why, "conversions": self.conversions,
+               "seconds": self.seconds, "rankings": self.rankings, "ranking_seconds": self.ranking_seconds,
+               "min_int8_share": self.min_int8_share, "max_steps": self.max_steps, "values": dict(self.values),
+               "int8_share": self.int8_share, "bytes": self.bytes, "overrides": list(self.overrides),
+               "kept": list(self.kept), "steps": [s.to_json() for s in self.steps]}
+        for name in PASSES:
+            out[name] = self.passes.get(name, False)
+            out[f"{name}_contribution"] = self.contributions.get(name)
+        if self.samples is not None:
+            out["samples"] = self.samples
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "SearchRecord":
+        plain = {f.name for f in fields(cls)} - {"steps", "passes", "contributions", "overrides", "kept"}
+        return cls(**{k: v for k, v in d.items() if k in plain}, overrides=tuple(d.get("overrides", ())),
+                   kept=tuple(d.get("kept", ())), steps=tuple(SearchStep.from_json(s) for s in d.get("steps", ())),
+                   passes={p: d.get(p, False) for p in PASSES},
+                   contributions={p: d.get(f"{p}_contribution") for p in PASSES})
