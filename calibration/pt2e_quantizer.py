@@ -112,7 +112,7 @@ class EdgeQuantizer:
         _unquantize_integer_derived(model)
         if not dynamic:
             _float_residual_stream(model, self.dynamic_config.input_activation)
-        for node in _squared_stretches(model):
+        for node in _squared_stretches(model) + _score_heads(model):
             _strip(node)
         for node in model.graph.nodes:
             if node.name in self.keep_float:
@@ -412,6 +412,51 @@ def _squared_stretches(model) -> list:
                 todo += [a for a in node.args if hasattr(a, "op")]
         if found:
             out += stretch
+    return out
+
+
+_MOVES = ("cat.default", "view.default", "reshape.default", "_unsafe_view.default", "permute.default",
+          "transpose.int", "squeeze.dim", "squeeze.dims", "unsqueeze.default", "flatten.using_ints", "slice.Tensor",
+          "split.Tensor", "split_with_sizes.default", "select.int", "clone.default", "expand.default")
+_WRITERS = ("conv1d.default", "conv2d.default", "conv_transpose2d.input", "linear.default", "addmm.default", "mm.default")
+
+
+def _score_heads(model) -> list:
+    """Every score head, as edgekit.converters.onnx_score_heads finds them in an ONNX graph: a sigmoid that
+    is not half of a SiLU and whose probabilities reach the output through data movement only (a
+    detector's class scores), the data movement back to the layers writing its logits, and those layers.
+    int8 probabilities round every score under 0.002 to zero; float, the scores keep their resolution."""
+    users = {n: list(n.users) for n in model.graph.nodes}
+
+    def moves(node) -> bool:
+        return _name(node) in _MOVES or node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem"
+
+    def reaches_output(node, seen) -> bool:
+        for user in users.get(node, []):
+            if user.op == "output":
+                return True
+            if moves(user) and user not in seen:
+                seen.add(user)
+                if reaches_output(user, seen):
+                    return True
+        return False
+
+    def silu(node) -> bool:
+        return any(_name(u) == "mul.Tensor" and node.args[0] in u.args for u in users.get(node, []))
+
+    out = []
+    for head in (n for n in model.graph.nodes if _name(n) == "sigmoid.default" and not silu(n) and reaches_output(n, set())):
+        out.append(head)
+        todo = [head.args[0]]
+        while todo:
+            node = todo.pop()
+            if not hasattr(node, "op") or node in out:
+                continue
+            if _name(node) in _WRITERS:
+                out.append(node)
+            elif moves(node):
+                out.append(node)
+                todo += [a for a in node.args if hasattr(a, "op")]
     return out
 
 

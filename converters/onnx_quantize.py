@@ -25,6 +25,7 @@ from edgekit.core import io_params
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.cpu import int8_products_saturate
 from edgekit.calibration.methods import mixed_scale
+from edgekit.converters.onnx_score_heads import score_head_nodes, stem_activations
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.core.formats import onnx_dims, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
@@ -119,10 +120,12 @@ class OnnxQuantize(Converter):
         spec = ctx.spec
         layers = layer_nodes(prepared, spec.layers("float") + spec.layers("int16"))
         kept = [n.name for layer in spec.layers("float") for n in layers[layer]]
-        int16 = {t: [{"quant_type": QuantType.QInt16}] for layer in spec.layers("int16")
-                 for t in activations(prepared, layers[layer])}
+        heads, stem = score_heads(prepared)
+        int16 = {t: [{"quant_type": QuantType.QInt16}] for t in [*stem, *(
+            t for layer in spec.layers("int16") for t in activations(prepared, layers[layer]))]}
         quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
-                        nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed,
+                        nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + heads + kept
+                        + smoothed,
                         quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
                         activation_type=qtype, weight_type=qtype,
                         calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
@@ -137,6 +140,16 @@ class OnnxQuantize(Converter):
         int8_weights_only(model.graph, keep=set(kept))
         float_weights_stay_float(model.graph)
         onnx.save(model, str(out_path))
+
+
+def score_heads(model: Path) -> tuple[list[str], list[str]]:
+    """(the nodes of the model's score heads, kept float; the stem's activations, at int16 when the model
+    has a score head): see edgekit.converters.onnx_score_heads."""
+    import onnx
+
+    graph = onnx.load(str(model), load_external_data=False).graph
+    heads = score_head_nodes(graph)
+    return heads, stem_activations(graph) if heads else []
 
 
 def layer_nodes(model: Path, layers: tuple[str, ...]) -> dict[str, list]:

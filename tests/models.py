@@ -181,6 +181,48 @@ def spectrum_net() -> nn.Module:
     return SpectrumNet().eval()
 
 
+class ScoreHeadNet(nn.Module):
+    """A YOLO-style detector in miniature: a SiLU stem whose first conv has one loud channel (the stem's
+    range is many times its bulk, as in a real detector's first stages), a body to stride 8, and per
+    position 4 box values in pixels beside 4 class probabilities from a Sigmoid, most of them near zero
+    (background), a few above 0.25 (detections)."""
+
+    def __init__(self, classes: int = 4) -> None:
+        super().__init__()
+        torch.manual_seed(7)
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.SiLU(), nn.Conv2d(16, 16, 3, 1, 1), nn.SiLU())
+        self.body = nn.Sequential(nn.Conv2d(16, 32, 3, 2, 1), nn.SiLU(), nn.Conv2d(32, 32, 3, 2, 1), nn.SiLU())
+        self.cls = nn.Conv2d(32, classes, 1)
+        self.box = nn.Conv2d(32, 4, 1)
+        with torch.no_grad():
+            self.stem[0].weight[0] *= 30
+            self.cls.weight *= 150
+            self.cls.bias.fill_(-6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.body(self.stem(x))
+        boxes = torch.relu(self.box(f) + 6).flatten(2) * 16
+        return torch.cat([boxes, torch.sigmoid(self.cls(f)).flatten(2)], 1)
+
+
+def score_head_net() -> nn.Module:
+    return ScoreHeadNet().eval()
+
+
+def photo_crops(n: int, seed: int, size: int = 64) -> np.ndarray:
+    """n×3×size×size crops of the photos scikit-image ships, scaled to 0..1."""
+    from skimage import data
+
+    rng = np.random.default_rng(seed)
+    photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()]
+    crops = []
+    for i in range(n):
+        im = photos[i % len(photos)]
+        y, x = rng.integers(0, im.shape[0] - size), rng.integers(0, im.shape[1] - size)
+        crops.append(np.transpose(im[y:y + size, x:x + size] / 255.0, (2, 0, 1)))
+    return np.asarray(crops, np.float32)
+
+
 def tones(n: int, seed: int, length: int = 1024, rate: int = 16000) -> np.ndarray:
     """n×1×length clips of audio made by rule: two to four harmonic tones with a vibrato, at loudness
     from -50 dB to 0 dB, over a noise floor 60 dB down (SpectrumNet's inputs)."""

@@ -14,7 +14,7 @@ from edgekit.core.errors import BadInput, ConversionFailed
 from edgekit.sources.loading import SourceOptions
 from edgekit.engine.request import build_request
 from edgekit.engine.pipeline import convert
-from edgekit.engine import pipeline, runners
+from edgekit.engine import isolation, pipeline
 from edgekit.engine.isolation import run_isolated
 from edgekit.core.signature import Signature, TensorSpec
 from tests.conftest import DIGITS, DIGITS_EVAL
@@ -85,23 +85,23 @@ def _maps(pid: int) -> str:
 
 
 def test_a_runtime_worker_imports_its_runtime_before_its_first_job():
-    runners.close_workers()
-    runners.start_workers({"onnx"})
-    worker = runners._WORKERS[("onnx", ())]
+    isolation.close_workers()
+    isolation.start_workers({"onnx"})
+    worker = isolation._WORKERS[("onnx", ())]
     deadline = time.monotonic() + 120
     while "onnxruntime_pybind11_state" not in _maps(worker.proc.pid):  # ONNX Runtime's native library
         assert worker.alive and time.monotonic() < deadline, "the onnx worker never loaded ONNX Runtime"
         time.sleep(0.2)
-    assert runners._WORKERS[("onnx", ())] is worker  # no job has been sent: the import happened at start
+    assert isolation._WORKERS[("onnx", ())] is worker  # no job has been sent: the import happened at start
 
 
 def test_convert_starts_the_runtime_workers_before_it_opens_the_source(tmp_path, monkeypatch):
-    runners.close_workers()
+    isolation.close_workers()
     workers_at_open = {}
     open_source = pipeline.open_source
 
     def spy(location, options):
-        workers_at_open.update({fmt: w.alive for (fmt, _), w in runners._WORKERS.items()})
+        workers_at_open.update({fmt: w.alive for (fmt, _), w in isolation._WORKERS.items()})
         return open_source(location, options)
 
     monkeypatch.setattr(pipeline, "open_source", spy)

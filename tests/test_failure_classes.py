@@ -21,7 +21,7 @@ import pytest
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.errors import ConversionFailed
 from edgekit.core.signature import Signature
-from edgekit.engine import runners
+from edgekit.engine import isolation
 from tests.conftest import DIGITS_CALIB, DIGITS_EVAL, run_cli
 
 pytestmark = pytest.mark.slow
@@ -95,17 +95,17 @@ def test_verification_loads_only_what_an_artifact_declares(int8_embedding_pte):
     doc, inputs = int8_embedding_pte
     [a] = doc["artifacts"]
     artifact = ModelArtifact("pte", a["path"], Signature.from_json(doc["source"]["signature"]), "int8")
-    runners.close_workers()
-    outputs, _ = runners.run_isolated(artifact, inputs)
+    isolation.close_workers()
+    outputs, _ = isolation.run_isolated(artifact, inputs)
     assert outputs[0].shape[0] == 2
-    [(key, worker)] = runners._WORKERS.items()
+    [(key, worker)] = isolation._WORKERS.items()
     assert key == ("pte", ("executorch.kernels.quantized",)) and "libquantized_ops" in _maps(worker.proc.pid)
 
-    plain = runners.RuntimeWorker("pte")  # what runs a .pte that declares nothing
+    plain = isolation.RuntimeWorker("pte")  # what runs a .pte that declares nothing
     try:
-        with runners._job_dir() as tmp:
+        with isolation._job_dir() as tmp:
             sig, inp, out = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz"))
-            runners._write_job(artifact.signature, inputs, sig, inp)
+            isolation._write_job(artifact.signature, inputs, sig, inp)
             with pytest.raises(ConversionFailed, match="failed running pixel_embedding.int8.pte"):
                 plain.run({"path": a["path"], "signature": sig, "inputs": inp, "outputs": out, "tmp": tmp}, a["path"], 300)
         assert "Missing operator" in plain._stderr() and "libquantized_ops" not in _maps(plain.proc.pid)
@@ -151,6 +151,33 @@ def test_a_power_spectrum_keeps_float_between_the_square_and_the_root(tmp_path, 
     assert a["verification"]["status"] == "pass", a["verification"].get("reasons")
     assert a["verification"]["metrics"]["output_0"]["sqnr_db"] >= 30
     assert a["verification"]["inspection"]["int8_weight_share"] >= 0.8
+
+
+@pytest.fixture(scope="module")
+def crops(tmp_path_factory):
+    from tests.models import photo_crops
+
+    work = tmp_path_factory.mktemp("crops")
+    for name, n, seed in (("example", 1, 3), ("calib", 64, 1), ("eval", 32, 2)):
+        np.savez(work / f"{name}.npz", x=photo_crops(n, seed))
+    return work
+
+
+@pytest.mark.parametrize("target", ["onnx", "tflite"])
+def test_a_detectors_class_scores_keep_their_resolution(tmp_path, crops, target):
+    """Class probabilities from a Sigmoid beside pixel boxes: at int8 (step 1/256) every background score
+    rounds to zero and the worst class row's cosine was 0.76 on onnx, 0.66 on tflite. The score head stays
+    float; on onnx the stem's activations are int16 (its loud channel stretches one int8 scale)."""
+    proc = run_cli("convert", "tests.models:score_head_net", "--example-inputs", crops / "example.npz", "-t", target,
+                   "--int8", "--calib", crops / "calib.npz", "--eval", crops / "eval.npz", "-o", tmp_path,
+                   "--json", "--no-cache")
+    [a] = _artifacts(proc).values()
+    verification = a["verification"]
+    assert verification["status"] == "pass", verification.get("reasons")
+    assert verification["metrics"]["output_0"]["channel_cosine_min"] >= 0.99
+    assert verification["inspection"]["int8_weight_share"] >= 0.9
+    if target == "onnx":
+        assert verification["inspection"]["ops_by_mode"].get("int16", 0) >= 2  # the stem's two convs
 
 
 def test_lstm_weights_are_stored_int8(tmp_path):
