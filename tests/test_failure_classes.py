@@ -130,14 +130,18 @@ def test_the_size_report_flags_a_weight_the_converter_stored_twice(tmp_path, con
     assert json.loads(digits.stdout)["artifacts"][0]["inspection"]["duplicated_constants"] == []
 
 
+def _sample_sets(folder, key: str, make, calib: int, evaluate: int):
+    """example.npz (one sample), calib.npz and eval.npz in `folder`, made by `make(n, seed)` under `key`."""
+    for name, n, seed in (("example", 1, 3), ("calib", calib, 1), ("eval", evaluate, 2)):
+        np.savez(folder / f"{name}.npz", **{key: make(n, seed)})
+    return folder
+
+
 @pytest.fixture(scope="module")
 def tone_data(tmp_path_factory):
     from tests.models import tones
 
-    work = tmp_path_factory.mktemp("tones")
-    for name, n, seed in (("example", 1, 3), ("calib", 128, 1), ("eval", 64, 2)):
-        np.savez(work / f"{name}.npz", audio=tones(n, seed))
-    return work
+    return _sample_sets(tmp_path_factory.mktemp("tones"), "audio", tones, 128, 64)
 
 
 @pytest.mark.parametrize("target", ["onnx", "executorch"])
@@ -157,10 +161,7 @@ def test_a_power_spectrum_keeps_float_between_the_square_and_the_root(tmp_path, 
 def crops(tmp_path_factory):
     from tests.models import photo_crops
 
-    work = tmp_path_factory.mktemp("crops")
-    for name, n, seed in (("example", 1, 3), ("calib", 64, 1), ("eval", 32, 2)):
-        np.savez(work / f"{name}.npz", x=photo_crops(n, seed))
-    return work
+    return _sample_sets(tmp_path_factory.mktemp("crops"), "x", photo_crops, 64, 32)
 
 
 @pytest.mark.parametrize("target", ["onnx", "tflite"])
