@@ -69,11 +69,16 @@ def correct(converted, weights: dict, samples) -> None:
     sums: dict[str, torch.Tensor] = {}
 
     class Measure(torch.fx.Interpreter):
+        """The converted graph run as usual, adding up into `sums` each layer's output error against its float
+        weight on the float input it was given."""
+
         def __init__(self, module):
             super().__init__(module)
             self.before = {}  # quantize node → the float tensor it received (the interpreter frees it)
 
         def run_node(self, node):
+            """Run `node` unchanged; for a layer in `weights`, also with its float weight on the input before
+            quantization, adding the mean difference per output channel to `sums`."""
             if _quantize(node):
                 self.before[node] = self.env[node.args[0]]
             result = super().run_node(node)

@@ -20,6 +20,9 @@ LABELS = "labels"
 
 @dataclass(frozen=True)
 class SampleSet:
+    """Samples stacked along a leading axis, each input at its signature's shape; `source` names where they came
+    from (a file or folder, a module:function, or "random"). `labels` (class indices) is None when none were given."""
+
     source: str
     inputs: dict  # input name → array of shape (N, *spec.shape)
     labels: np.ndarray | None = None
@@ -34,10 +37,12 @@ class SampleSet:
         return self.head(n - held), self.tail(held)
 
     def tail(self, n: int) -> "SampleSet":
+        """The last `n` samples and their labels, as views of these arrays."""
         return SampleSet(self.source, {k: v[len(v) - n:] for k, v in self.inputs.items()},
                          None if self.labels is None else self.labels[len(self.labels) - n:])
 
     def head(self, n: int) -> "SampleSet":
+        """The first `n` samples and their labels, as views of these arrays."""
         return SampleSet(self.source, {k: v[:n] for k, v in self.inputs.items()},
                          None if self.labels is None else self.labels[:n])
 

@@ -28,8 +28,14 @@ from edgekit.calibration import bias_correction, smooth_quant
 from edgekit.calibration.data import SampleSet
 from edgekit.calibration.pt2e_quantizer import EdgeQuantizer, make, mixed_scale_cats
 from edgekit.core.errors import ConversionFailed, first_line
+from edgekit.core.quant import Capabilities
 
 METHODS = ("minmax", "percentile", "mse")
+# What the int8 of a PT2E backend (litert-torch's, ExecuTorch's XNNPACK) can express.
+CAPABILITIES = Capabilities(methods=METHODS, int8_io=True, fallbacks=("float",),
+                            granularities=("per_channel", "per_tensor"),
+                            bias_correction=True,  # edgekit.calibration.bias_correction on the PT2E graph
+                            smooth_quant=True)  # edgekit.calibration.smooth_quant on the PT2E graph
 PERCENTILE = 99.999  # onnxruntime's Percentile calibrator's default, so that both mean the same
 
 
@@ -140,7 +146,10 @@ def _run_naming_node(prepared, args) -> None:
         failing = {}
 
         class Naming(torch.fx.Interpreter):
+            """The prepared graph run node by node, so that a failure can be pinned on one node."""
+
             def run_node(self, node):
+                """Note `node` as the last one started, then run it unchanged."""
                 failing["node"] = node
                 return super().run_node(node)
 

@@ -95,6 +95,8 @@ class EdgeQuantizer:
         self.linears_2d = linears_2d
 
     def transform_for_annotation(self, model):
+        """The graph rewritten in place before anything is annotated (scalar clamps as hardtanh, integer scalars
+        kept integer, N-D linears made 2-D where the backend needs it), then the backend's own transform."""
         _clamps_to_hardtanh(model)
         _keep_integer_scalars(model)
         if self.linears_2d:
@@ -102,6 +104,8 @@ class EdgeQuantizer:
         return self.backend.transform_for_annotation(model)
 
     def annotate(self, model):
+        """edgekit's patterns first (the static-only ones skipped for a dynamic config), then the backend's; then
+        the annotations are stripped from everything that must stay float, `keep_float` and `float_layers` too."""
         dynamic = self.config.input_activation is not None and self.config.input_activation.is_dynamic
         _annotate_embeddings(model, self.config)
         if not dynamic:
@@ -123,6 +127,7 @@ class EdgeQuantizer:
         return model
 
     def validate(self, model) -> None:
+        """The backend's own check of the annotated graph; edgekit adds none."""
         self.backend.validate(model)
 
 
@@ -148,7 +153,10 @@ def mixed_scale_cats(module, samples) -> set[str]:
     peaks: dict[str, list[float]] = {}
 
     class Ranges(torch.fx.Interpreter):
+        """The float graph run as usual, keeping the peak magnitude of each input of every cat in `peaks`."""
+
         def run_node(self, node):
+            """For a cat, raise each float input's peak |value| to this sample's where it is higher; then run it."""
             if _name(node) == "cat.default":
                 for i, t in enumerate(self.env[a] for a in node.args[0] if a in self.env):
                     if t.is_floating_point() and t.numel():

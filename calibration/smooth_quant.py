@@ -88,7 +88,10 @@ def smooth_pt2e(module, samples) -> list[str]:
     peaks = {n: None for n in groups}
 
     class Observe(torch.fx.Interpreter):
+        """The graph run as usual, keeping in `peaks` each grouped normalization's peak |output| per channel."""
+
         def run_node(self, node):
+            """Run `node`; for a grouped normalization, raise its per-channel peaks (last axis) to this sample's."""
             value = super().run_node(node)
             if node in peaks:
                 out = value[0] if isinstance(value, (tuple, list)) else value

@@ -41,6 +41,8 @@ class ImagePreprocess:
 
     @classmethod
     def parse(cls, text: str | None) -> "ImagePreprocess":
+        """The --calib-preprocess text, e.g. `size=224x224,mean=0.485/0.456/0.406`; None or "" gives the defaults,
+        and an unknown key or unreadable value is a BadInput."""
         if not text:
             return cls()
         fields: dict = {}

@@ -73,10 +73,12 @@ class Converter:
 
     @classmethod
     def missing(cls) -> tuple[str, ...]:
+        """The modules it needs (`requires`, else its extra's) that cannot be imported here; nothing is imported."""
         return missing_modules(cls.requires if cls.requires is not None else EXTRAS[cls.extra])
 
     @classmethod
     def available(cls) -> bool:
+        """Whether every module it needs is installed; planning prefers routes of available edges."""
         return not cls.missing()
 
     @classmethod
@@ -85,6 +87,8 @@ class Converter:
         return in_precision == "fp32" and out_precision in cls.precisions
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        """Write `src` at `precision` to `out_path` (scratch files in ctx.work_dir) and return it. Call the
+        converter instead: that checks input and output, records time and versions, and names it in failures."""
         raise NotImplementedError
 
     def __call__(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:

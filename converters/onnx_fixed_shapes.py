@@ -14,6 +14,8 @@ from edgekit.core.artifact import ModelArtifact
 
 
 class OnnxFixedShapes(Converter):
+    """The onnx → onnx edge at fp32, planned only for an ONNX source given --input-shape (see the module)."""
+
     name = "onnx_fixed_shapes"
     source = "onnx"
     target = "onnx"
@@ -24,6 +26,8 @@ class OnnxFixedShapes(Converter):
     tools = ("onnx", "onnxruntime")
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        """The source with its dynamic input dimensions set to the signature's and its shapes inferred again,
+        external data folded into one file; the graph is otherwise unchanged (a plain copy if nothing needed it)."""
         fixed = fixed_shapes(Path(src.path), src, ctx.work_dir)
         shutil.copyfile(fixed, out_path)
         return ModelArtifact("onnx", str(out_path), src.signature, precision)

@@ -36,6 +36,9 @@ ENTROPY_BINS = 2048  # quantize_static's default (128) leaves entropy a single c
 
 
 class OnnxQuantize(Converter):
+    """The onnx → onnx edge below fp32 (see the module's docstring); it needs no torch, so ONNX models made
+    from TensorFlow take it too. It has no mse calibration."""
+
     name = "onnx_quantize"
     source = "onnx"
     target = "onnx"
@@ -54,6 +57,9 @@ class OnnxQuantize(Converter):
     tools = ("onnx", "onnxruntime")
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        """fp16 (float32 I/O kept), int8-dynamic (int8 weights, activations quantized at run time) or static
+        int8 QDQ calibrated on ctx.calibration with the spec's overrides and passes. The int8 models are checked
+        to load in onnxruntime, and the int8 types this CPU allows are recorded (`int8_types`)."""
         import onnx
 
         files = [str(out_path)]

@@ -60,6 +60,9 @@ COREML_FORMATS = {"coreml_mlprogram": "coreml_supported_mlprogram_ops.md",
 
 
 class OnnxToOrt(Converter):
+    """The onnx → ort edge (see the module's docstring): a format change only, so any quantization is the
+    ONNX model's, made by the step before it."""
+
     name = "onnx_to_ort"
     source = "onnx"
     target = "ort"
@@ -71,9 +74,12 @@ class OnnxToOrt(Converter):
 
     @classmethod
     def accepts(cls, in_precision: str, out_precision: str) -> bool:
+        """Only the precision the ONNX model already has: this edge changes the format, never the precision."""
         return in_precision == out_precision and out_precision in cls.precisions
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        """The .ort (Fixed style, for ARM, byte-reproducible where the table can be rebuilt), its
+        required-operators config and any integer-I/O sidecar; the mobile-package verdict goes in the meta."""
         level = "layout" if precision == "fp16" else "all"
         work = ctx.work_dir / f"{out_path.stem}.ort-tool"
         model = _tool_input(src, work / "in")

@@ -15,6 +15,8 @@ OPSET = 17
 
 
 class TfToOnnx(Converter):
+    """The tf → onnx edge, fp32 only: lower precisions of a TF model's ONNX are onnx_quantize's, after it."""
+
     name = "tf_to_onnx"
     source = "tf"
     target = "onnx"
@@ -25,6 +27,8 @@ class TfToOnnx(Converter):
     tools = ("tensorflow", "tf2onnx", "onnx")
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        """tf2onnx's command line, in a child process, on the source's SavedModel (a Keras model is exported
+        first) at opset OPSET; when it fails, its last error line is the ConversionFailed's message."""
         saved_model = ctx.source.saved_model(ctx.work_dir)
         # tf2onnx's command line is its supported interface for SavedModels.
         proc = subprocess.run(

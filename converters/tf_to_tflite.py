@@ -14,6 +14,9 @@ from edgekit.core.quant import Capabilities, unknown_layers
 
 
 class TfToTflite(Converter):
+    """The tf → tflite edge, TensorFlow's own converter on the SavedModel: its int8 calibrates min/max only, and a
+    layer kept back from int8 can only stay float (no int16 activations, no SmoothQuant)."""
+
     name = "tf_to_tflite"
     source = "tf"
     target = "tflite"
@@ -30,6 +33,8 @@ class TfToTflite(Converter):
     tools = ("tensorflow",)
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        """fp16 weights, int8-dynamic weights, or full int8 on built-in int8 kernels only (an op without one fails
+        the conversion), calibrated on ctx.calibration, with the spec's float layers, bias correction and int8 I/O."""
         import tensorflow as tf
 
         converter = tf.lite.TFLiteConverter.from_saved_model(ctx.source.saved_model(ctx.work_dir))

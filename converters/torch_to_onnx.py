@@ -10,6 +10,8 @@ from edgekit.converters.base import ConvertContext, Converter
 
 
 class TorchToOnnx(Converter):
+    """The torch → onnx edge, fp32 only: an ONNX model at lower precision is onnx_quantize's, after it."""
+
     name = "torch_to_onnx"
     source = "torch"
     target = "onnx"
@@ -19,6 +21,8 @@ class TorchToOnnx(Converter):
     tools = ("torch", "onnx", "onnxscript")
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        """Exports the source's ExportedProgram with the dynamo exporter, inputs and outputs named as the
+        signature names them, weights as external data beside the model (all its files listed)."""
         import torch
 
         source = ctx.source

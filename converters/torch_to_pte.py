@@ -16,27 +16,24 @@ from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.calibration import pt2e
 from edgekit.converters.base import ConvertContext, Converter
-from edgekit.core.quant import Capabilities
 
 
 class TorchToPte(Converter):
+    """The torch → pte edge: ExecuTorch programs delegated to XNNPACK; a layer kept back from int8 can only
+    stay float (no int16 activations)."""
+
     name = "torch_to_pte"
     source = "torch"
     target = "pte"
     precisions = ("fp32", "fp16", "int8", "int8-dynamic")
-    capabilities = Capabilities(
-        methods=pt2e.METHODS,
-        int8_io=True,
-        fallbacks=("float",),
-        granularities=("per_channel", "per_tensor"),
-        bias_correction=True,  # edgekit.calibration.bias_correction on the PT2E graph
-        smooth_quant=True,  # edgekit.calibration.smooth_quant on the PT2E graph
-    )
+    capabilities = pt2e.CAPABILITIES
     extra = "executorch"
     cost = 1.0
     tools = ("torch", "executorch", "torchao")
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        """fp32 as exported, fp16 behind float32 casts, int8 through PT2E; lowered to XNNPACK, the layers its
+        passes fail on left to the portable kernels (`outside_delegate`). Integer I/O for static int8 only."""
         import torch
 
         source = ctx.source
@@ -180,6 +177,8 @@ def _fp16_wrapper():
             self.inner = inner.to(torch.float16)
 
         def forward(self, *args):
+            """Floating inputs cast to float16 (others as they are); a tensor, or a flat tuple or list of them,
+            cast back to float32."""
             out = self.inner(*[a.to(torch.float16) if a.is_floating_point() else a for a in args])
             if isinstance(out, (tuple, list)):
                 return type(out)(o.to(torch.float32) for o in out)

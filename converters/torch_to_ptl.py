@@ -48,6 +48,9 @@ CALIB_BATCH = 32  # calibration samples per forward pass, when the model's first
 
 
 class TorchToPtl(Converter):
+    """The torch → ptl edge, legacy: fp32 and static int8 only, minmax or mse calibration, no layers kept back,
+    no whole-model passes, no integer I/O; costed so another route wins when there is one."""
+
     name = "torch_to_ptl"
     source = "torch"
     target = "ptl"
@@ -60,6 +63,8 @@ class TorchToPtl(Converter):
     tools = ("torch",)
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        """A TorchScript source at fp32 saved as it is; else the export traced (int8: FX-quantized for qnnpack
+        first) and saved byte-reproducibly for the lite interpreter. The process's quantized engine is restored."""
         import torch
 
         source = ctx.source

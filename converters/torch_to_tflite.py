@@ -10,27 +10,24 @@ from edgekit.calibration.tflite_io import float_io
 from edgekit.core.artifact import ModelArtifact
 from edgekit.calibration import pt2e
 from edgekit.converters.base import ConvertContext, Converter
-from edgekit.core.quant import Capabilities
 
 
 class TorchToTflite(Converter):
+    """The torch → tflite edge through litert-torch; a layer kept back from int8 can only stay float (no int16
+    activations)."""
+
     name = "torch_to_tflite"
     source = "torch"
     target = "tflite"
     precisions = ("fp32", "fp16", "int8", "int8-dynamic")
-    capabilities = Capabilities(
-        methods=pt2e.METHODS,
-        int8_io=True,
-        fallbacks=("float",),
-        granularities=("per_channel", "per_tensor"),
-        bias_correction=True,  # edgekit.calibration.bias_correction on the PT2E graph
-        smooth_quant=True,  # edgekit.calibration.smooth_quant on the PT2E graph
-    )
+    capabilities = pt2e.CAPABILITIES
     extra = "tflite"
     cost = 1.0
     tools = ("torch", "litert_torch", "ai_edge_litert", "torchao", "ai_edge_quantizer")
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        """fp32, fp16 by litert's recipe, or int8 through PT2E (float layers kept float in strict QDQ mode);
+        static int8 gets float I/O back unless int8_io, and weights litert left float are stored int8 where possible."""
         import litert_torch
 
         source = ctx.source

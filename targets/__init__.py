@@ -13,6 +13,10 @@ from edgekit.core.errors import BadInput
 
 @dataclass(frozen=True)
 class Target:
+    """One target format's record (see the module's docstring); its "module:name" specs are strings so that
+    reading the table imports no framework. An empty spec: no such tool here (.pte layers are traced by
+    edgekit.engine.pte_layers)."""
+
     name: str
     format: str
     extension: str

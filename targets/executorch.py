@@ -14,6 +14,9 @@ from edgekit.core.signature import Signature
 
 
 class PteRunner:
+    """A .pte's `forward` in the ExecuTorch runtime as a default app has it: kernel libraries the program
+    declares it needs are not imported here (its runtime worker imports them)."""
+
     def __init__(self, path: str, signature: Signature):
         # Only the runtime a default app has: kernel libraries an artifact declares it needs (its inspection's
         # runtime needs) are imported by the worker that runs it, never here for every program.
@@ -26,6 +29,8 @@ class PteRunner:
         self.io = io_params.read(path) or {"inputs": [], "outputs": []}
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One sample by input name → the outputs in order; integer I/O (a sidecar beside the program) is
+        quantized in and dequantized out, so callers see float either way."""
         import torch
 
         args = []

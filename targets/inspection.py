@@ -40,6 +40,9 @@ HEAVY_OPS = re.compile(r"conv|matmul|gemm|fully_?connected|batch_?mat_?mul|addmm
 
 @dataclass(frozen=True)
 class OpInfo:
+    """One compute op as a reader classified it; its `mode` says which kernel the graph asks for, and so
+    whether it counts toward the int8 shares."""
+
     type: str
     mode: str  # one of MODES
     where: str  # subgraph/node/delegate location, for humans
@@ -50,6 +53,8 @@ class OpInfo:
 
     @property
     def int8(self) -> bool:
+        """Whether it counts as int8 compute: int8 activations, or float ones quantized on the fly (`dynamic`).
+        Weight-only, int16 and float between quantize/dequantize do not."""
         return self.mode in INT8_MODES
 
 
@@ -108,6 +113,9 @@ def need_text(need: RuntimeNeed) -> str:
 
 @dataclass(frozen=True)
 class Inspection:
+    """What a reader found in an artifact file (see the module's docstring): static, from the file alone. A share
+    with nothing to count (no weights, no compute ops) is 0.0."""
+
     format: str
     weight_bytes_by_dtype: dict[str, int]
     int8_weight_share: float
@@ -132,6 +140,8 @@ class Inspection:
         return sum(d["bytes"] * (len(d["tensors"]) - 1) for d in self.duplicates)
 
     def to_json(self) -> dict:
+        """The form verdicts, results and `edgekit inspect` keep: counts by mode instead of the ops, which are
+        listed only up to JSON_OPS_LIMIT; `needs` as "runtime_needs", `duplicates` as "duplicated_constants"."""
         out = {
             "format": self.format,
             "weight_bytes_by_dtype": dict(self.weight_bytes_by_dtype),

@@ -65,11 +65,13 @@ class Timing:
 
     @classmethod
     def of(cls, threads: int, seconds: list[float], stable: bool) -> "Timing":
+        """The timing of per-run `seconds` (at least one run), converted to milliseconds."""
         ms = np.asarray(seconds) * 1e3
         p10, p90 = (float(v) for v in np.percentile(ms, [10, 90]))
         return cls(threads, float(np.median(ms)), p10, p90, p90 - p10, len(ms), stable)
 
     def to_json(self) -> dict:
+        """Every field by name: an entry of a bench document's `timings`."""
         return asdict(self)
 
 

@@ -29,6 +29,9 @@ def session(path: str, *, threads: int = 1, ort_format: bool = False):
 
 
 class OnnxRunner:
+    """An .onnx in a one-thread onnxruntime CPU session; inputs are matched to the signature by name when the
+    session has every name, else by position."""
+
     ORT_FORMAT = False  # the .ort runner: True
 
     def __init__(self, path: str, signature: Signature):
@@ -42,6 +45,8 @@ class OnnxRunner:
         self.io = io_params.read(path) or {"inputs": [], "outputs": []}
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One sample by input name → the outputs in order; integer I/O (a sidecar beside the model) is quantized
+        in and dequantized out, so callers see float either way."""
         outputs = []
         for j, y in enumerate(self.session.run(None, self.feeds(feeds))):
             p = self.io["outputs"][j] if j < len(self.io["outputs"]) else None

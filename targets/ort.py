@@ -11,4 +11,6 @@ from edgekit.targets.onnx import OnnxRunner
 
 
 class OrtRunner(OnnxRunner):
+    """OnnxRunner for an .ort: loaded as ORT format and run as saved, with no graph optimization at load."""
+
     ORT_FORMAT = True

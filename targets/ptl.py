@@ -12,6 +12,9 @@ ENGINE = "qnnpack"  # the quantized engine PyTorch Mobile runs on phones; int8 .
 
 
 class PtlRunner:
+    """A .ptl in the lite interpreter, on the qnnpack engine where this torch has it (int8 files are packed for
+    it); the engine is set for the whole process, not restored."""
+
     def __init__(self, path: str, signature: Signature):
         import torch
         from torch.jit.mobile import _load_for_lite_interpreter
@@ -24,6 +27,7 @@ class PtlRunner:
         self.signature = signature
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One sample by input name → the outputs, nested lists, tuples and dicts flattened in order."""
         import torch
 
         args = [torch.from_numpy(np.array(feeds[spec.name], copy=True)) for spec in self.signature.inputs]

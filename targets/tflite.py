@@ -16,6 +16,9 @@ def _order(name: str) -> tuple[int, str]:
 
 
 class TfliteRunner:
+    """A .tflite in the LiteRT interpreter on one thread, through its first signature when it has one.
+    `keep_intermediates` keeps every tensor (for per-layer tracing) and so runs without the default delegate."""
+
     def __init__(self, path: str, signature: Signature, *, keep_intermediates: bool = False):
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
@@ -43,6 +46,8 @@ class TfliteRunner:
             self.outputs = self.interp.get_output_details()
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One sample by input name → the outputs in order; integer I/O takes the model's own scale and zero-point,
+        so callers see float. An input at another size of a dynamic dimension resizes the interpreter."""
         arrays = [_quantize(np.array(feeds[s.name], copy=True), d) for s, d in zip(self.signature.inputs, self.inputs)]
         if self.runner is not None:
             result = self.runner(**dict(zip(self.keys, arrays)))

@@ -117,6 +117,18 @@ def test_engine_modules_stay_small():
     assert big == {}, f"engine modules over ~300 lines: {big}"
 
 
+def test_public_classes_and_methods_say_why_they_exist():
+    """A newcomer reads the contract before the body: every public class and its public methods carry a
+    docstring, in every layer."""
+    missing = [f"{MODULES[m].relative_to(REPO)}:{node.lineno} {node.name}"
+               for m in MODULES for cls in ast.walk(ast.parse(MODULES[m].read_text()))
+               if isinstance(cls, ast.ClassDef) and not cls.name.startswith("_")
+               for node in (cls, *cls.body)
+               if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+               and not node.name.startswith("_") and not ast.get_docstring(node)]
+    assert missing == [], "public classes and methods without a docstring:\n" + "\n".join(missing)
+
+
 def test_engine_functions_stay_short():
     """An engine function that does several jobs is split by job (a reader holds one screen at a time)."""
     long = {f"{m}.{node.name}": node.end_lineno - node.lineno + 1

@@ -51,10 +51,13 @@ class Reporter:
 
     @property
     def console(self) -> Console:
+        """The console for tables and results; taking it ends the step in progress, so nothing lands mid-line."""
         self.close()
         return self._console
 
     def step(self, message: str) -> None:
+        """Start a step, ending the one in progress as passed; the `progress` callback convert, bench and check
+        take. Brackets in `message` are text, not rich markup. Thread-safe."""
         with self._lock:
             now = self.clock()
             self._end(True, now)

@@ -50,6 +50,7 @@ class ArtifactMeta:
 
     @classmethod
     def from_json(cls, d: Mapping) -> "ArtifactMeta":
+        """Inverse of `to_json(everything=True)`; keys that are not fields (another version's) are dropped."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in d.items() if k in known}
         for name in ("route", "outside_delegate", "reused"):
@@ -91,6 +92,7 @@ class ModelArtifact:
 
     @property
     def bytes(self) -> int:
+        """Size on disk of every file in `files` (0 when none are listed, as for an import spec)."""
         return sum(Path(f).stat().st_size for f in self.files)
 
     @property

@@ -46,6 +46,7 @@ class Budget:
         return max(abs(self.limit), 1e-12)
 
     def text(self) -> str:
+        """The budget as people read it ("cosine ≥ 0.99"); also its form in the search's cache key."""
         return f"{self.metric} {'≥' if HIGHER_IS_BETTER[self.metric] else '≤'} {self.limit:g}"
 
 
@@ -84,5 +85,6 @@ class SearchSpec:
         return bool(self.budgets)
 
     def to_json(self) -> dict:
+        """budgets (sorted texts), min_int8_share, max_steps: part of the artifact cache's key, order-independent."""
         return {"budgets": sorted(b.text() for b in self.budgets), "min_int8_share": self.min_int8_share,
                 "max_steps": self.max_steps}

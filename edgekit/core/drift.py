@@ -47,6 +47,9 @@ class Traced:
 
 @dataclass(frozen=True)
 class LayerDrift:
+    """One ranked layer: the SQNR its output has (drift accumulated so far) and the SQNR it loses itself,
+    which is what the ranking orders by."""
+
     layer: str
     op: str
     tensor: str
@@ -55,11 +58,13 @@ class LayerDrift:
     weight_sqnr_db: float | None = None
 
     def to_json(self) -> dict:
+        """Every field by name, dB rounded to 3 decimals; the module's `from_json` reads it back."""
         return {"layer": self.layer, "op": self.op, "tensor": self.tensor, "sqnr_db": round(self.sqnr_db, 3),
                 "loss_db": round(self.loss_db, 3),
                 "weight_sqnr_db": None if self.weight_sqnr_db is None else round(self.weight_sqnr_db, 3)}
 
     def text(self) -> str:
+        """One line for people: the layer, what it loses, its output SQNR (and its weights' when known)."""
         weights = f", weights {self.weight_sqnr_db:.1f} dB" if self.weight_sqnr_db is not None else ""
         return f"{self.layer} ({self.op}): loses {self.loss_db:.1f} dB (output SQNR {self.sqnr_db:.1f} dB{weights})"
 
@@ -80,6 +85,7 @@ class SqnrSums:
         self._sums: dict[str, list[float]] = {}
 
     def add(self, key: str, reference, actual) -> None:
+        """Accumulate one sample of `key`: the float `reference` and the quantized model's `actual`."""
         r = np.asarray(reference, dtype=np.float64)
         a = np.asarray(actual, dtype=np.float64)
         s = self._sums.setdefault(key, [0.0, 0.0])
@@ -87,6 +93,7 @@ class SqnrSums:
         s[1] += float(np.sum((r - a) ** 2))
 
     def result(self) -> dict[str, float]:
+        """{key: SQNR in dB} over every sample added, uncapped: None for an exact match, -inf for a zero reference."""
         return {key: sqnr_from_sums(signal, noise) for key, (signal, noise) in self._sums.items()}
 
 

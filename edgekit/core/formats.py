@@ -12,6 +12,8 @@ from edgekit.core.errors import BadInput, reading
 
 @dataclass(frozen=True)
 class Format:
+    """A model format edgekit knows; `extensions` only hint (detection reads the bytes) and may be shared."""
+
     id: str
     family: str  # "torch", "tf", or the format's own id for artifacts
     extensions: tuple[str, ...]

@@ -44,6 +44,7 @@ class Method(StrEnum):
 
     @classmethod
     def parse(cls, text) -> "Method":
+        """A method from its name, any case or surrounding space; BadInput for an unknown one."""
         try:
             return cls(str(text).strip().lower())
         except ValueError:
@@ -55,6 +56,9 @@ METHODS = tuple(m for m in Method if m is not Method.AUTO)
 
 @dataclass(frozen=True)
 class LayerOverride:
+    """One layer kept back from int8 (`--keep`), as `edgekit layers` names it, at one of FALLBACKS;
+    refuses an unknown precision or an empty name."""
+
     layer: str
     precision: str  # one of FALLBACKS
 
@@ -66,6 +70,7 @@ class LayerOverride:
             raise BadInput("a layer override needs a layer name", fix="name it as `edgekit layers` shows it")
 
     def to_json(self) -> dict:
+        """{"layer", "precision"}, as QuantSpec's JSON lists its overrides."""
         return {"layer": self.layer, "precision": self.precision}
 
 
@@ -118,6 +123,7 @@ class QuantSpec:
         return replace(self, overrides=(*kept, LayerOverride(layer, precision)))
 
     def to_json(self) -> dict:
+        """Every field by name (the method as its string); `from_json` reads it back."""
         return {"precision": self.precision, "method": str(self.method), "weight_bits": self.weight_bits,
                 "activation_bits": self.activation_bits, "granularity": self.granularity,
                 "int8_io": self.int8_io, "bias_correction": self.bias_correction, "smooth_quant": self.smooth_quant,
@@ -125,6 +131,7 @@ class QuantSpec:
 
     @classmethod
     def from_json(cls, d: dict) -> "QuantSpec":
+        """Inverse of `to_json`, validated as a new spec is; missing keys take the defaults."""
         overrides = tuple(LayerOverride(o["layer"], o["precision"]) for o in d.get("overrides", ()))
         return cls(**{**{k: v for k, v in d.items() if k != "overrides"}, "overrides": overrides})
 

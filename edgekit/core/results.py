@@ -26,9 +26,11 @@ class ArtifactResult:
 
     @classmethod
     def measured(cls, target: str, artifact: ModelArtifact, verdict: Verdict) -> "ArtifactResult":
+        """A result whose bytes and hash are read from `artifact`'s files now: call it before they are placed."""
         return cls(target, artifact, verdict, artifact.bytes, artifact.sha256)
 
     def to_json(self) -> dict:
+        """One entry of the `edgekit convert --json` document's "artifacts"; floats as measured (NaN, inf kept)."""
         a = self.artifact
         out = {
             "target": self.target, "precision": a.precision, "format": a.format, "path": a.path,
@@ -61,6 +63,9 @@ class ArtifactResult:
 
 @dataclass(frozen=True)
 class ConvertResult:
+    """A whole run: the source as opened, an ArtifactResult per target in the order asked, the run's warnings.
+    `source_sha256` is None when the source is no file (an import spec)."""
+
     source: ModelArtifact
     source_sha256: str | None
     artifacts: tuple[ArtifactResult, ...]
@@ -68,9 +73,11 @@ class ConvertResult:
 
     @property
     def failed(self) -> bool:
+        """Whether any artifact failed verification (the command line then exits non-zero)."""
         return any(r.verdict.status == Status.FAIL for r in self.artifacts)
 
     def to_json(self) -> dict:
+        """The `edgekit convert --json` document (schema SCHEMA) before `finite` replaces NaN and infinities."""
         return {
             "schema": SCHEMA,
             "source": {"path": self.source.path, "format": self.source.format, "sha256": self.source_sha256,

@@ -39,6 +39,7 @@ class SearchStep:
     seconds: float | None = None
 
     def to_json(self) -> dict:
+        """The step's keys; the measured ones (values, int8_share, bytes, layers, seconds) only when it was measured."""
         out = {"step": self.step, "layer": self.layer, "precision": self.precision, "change": self.change,
                "accepted": self.accepted, "note": self.note}
         if self.values is not None:
@@ -48,12 +49,16 @@ class SearchStep:
 
     @classmethod
     def from_json(cls, d: Mapping) -> "SearchStep":
+        """Inverse of `to_json`; unknown keys are dropped, absent measured ones stay None."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: tuple(v) if k == "layers" else v for k, v in d.items() if k in known})
 
 
 @dataclass(frozen=True)
 class SearchRecord:
+    """A whole search: its terms (budgets, min_int8_share, max_steps), why it stopped, the model it kept and
+    every step; `seconds` is the search's wall time, `ranking_seconds` the part spent ranking layers."""
+
     budgets: Mapping[str, float]
     stopped: StopReason
     why: str
@@ -78,6 +83,7 @@ class SearchRecord:
         object.__setattr__(self, "stopped", StopReason(self.stopped))
 
     def to_json(self) -> dict:
+        """The fields by name, except passes and contributions: flattened to `<pass>` and `<pass>_contribution`."""
         out = {"budgets": dict(self.budgets), "stopped": self.stopped, "why": self.why, "conversions": self.conversions,
                "seconds": self.seconds, "rankings": self.rankings, "ranking_seconds": self.ranking_seconds,
                "min_int8_share": self.min_int8_share, "max_steps": self.max_steps, "values": dict(self.values),
@@ -94,6 +100,7 @@ class SearchRecord:
 
     @classmethod
     def from_json(cls, d: Mapping) -> "SearchRecord":
+        """Inverse of `to_json`; a pass missing from `d` reads as off, with no contribution."""
         plain = {f.name for f in fields(cls)} - {"steps", "passes", "contributions", "overrides", "kept"}
         return cls(**{k: v for k, v in d.items() if k in plain}, overrides=tuple(d.get("overrides", ())),
                    kept=tuple(d.get("kept", ())), steps=tuple(SearchStep.from_json(s) for s in d.get("steps", ())),

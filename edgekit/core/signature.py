@@ -27,6 +27,7 @@ class TensorSpec:
             raise ValueError(f"{self.name}: unsupported dtype {self.dtype!r}; known: {', '.join(_DTYPES)}")
 
     def describe(self) -> str:
+        """For messages: `x=1,3,224,224 (float32)` (close to, but not, the --input-shape syntax)."""
         return f"{self.name}={','.join(map(str, self.shape))} ({self.dtype})"
 
 
@@ -40,12 +41,15 @@ class Signature:
 
     @property
     def input_names(self) -> tuple[str, ...]:
+        """The inputs' names in call order, so samples keyed by name can be passed positionally."""
         return tuple(s.name for s in self.inputs)
 
     def describe(self) -> str:
+        """The inputs only, each as TensorSpec.describe says it, space-separated; for messages."""
         return " ".join(s.describe() for s in self.inputs)
 
     def to_json(self) -> dict:
+        """inputs and outputs as lists of {name, shape, dtype}, and layout; `from_json` reads it back."""
         return {
             "inputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in self.inputs],
             "outputs": [{"name": s.name, "shape": list(s.shape), "dtype": s.dtype} for s in self.outputs],
@@ -54,6 +58,7 @@ class Signature:
 
     @classmethod
     def from_json(cls, raw: dict) -> "Signature":
+        """Inverse of `to_json`, each tensor validated again; missing outputs read as none, missing layout NCHW."""
         def specs(key):
             return tuple(TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in raw.get(key, ()))
 

@@ -160,10 +160,13 @@ MANY_CLASSES = 10  # a vector of this many values or more that is neither probab
 
 @dataclass(frozen=True)
 class OutputKind:
+    """What an output was judged as (a KINDS key, deciding its metrics) and why, so a wrong guess can be seen."""
+
     kind: str  # a key of KINDS
     basis: str  # why: "given", read from its values, or guessed from its shape (said as such)
 
     def to_json(self) -> dict:
+        """{"kind", "basis"}: a verdict's entry for the output in its "outputs"."""
         return {"kind": self.kind, "basis": self.basis}
 
 
@@ -260,6 +263,10 @@ class Status(StrEnum):
 
 @dataclass(frozen=True)
 class Verdict:
+    """One artifact's verification: pass or fail, `metrics` as {output_i: {metric: value}} (only the metrics
+    fitting each output's kind; a None sqnr_db is an exact match), and a reason for every failure.
+    `task_accuracy` is None without labels, `inspection` None when the artifact was not inspected."""
+
     status: Status
     samples: int = 0
     metrics: dict = field(default_factory=dict)
@@ -273,6 +280,7 @@ class Verdict:
     kinds: dict = field(default_factory=dict)  # output name → OutputKind.to_json(): what judged it
 
     def to_json(self) -> dict:
+        """status, samples, metrics, thresholds always; the rest only when set, `kinds` under "outputs"."""
         out = {"status": str(self.status), "samples": self.samples, "metrics": self.metrics,
                "thresholds": self.thresholds}
         if self.task_accuracy is not None:
@@ -291,6 +299,7 @@ class Verdict:
 
     @classmethod
     def from_json(cls, d: dict) -> "Verdict":
+        """Inverse of `to_json`: a verdict as the artifact cache stored it (the status stays a plain str)."""
         return cls(d["status"], d["samples"], d["metrics"], d["thresholds"], d.get("task_accuracy"),
                    tuple(d.get("reasons", ())), d.get("inspection"), d.get("second_size"), tuple(d.get("notes", ())),
                    d.get("outputs", {}))

@@ -36,6 +36,8 @@ class Intermediates:
     built: dict[tuple, tuple[ModelArtifact, str]] = field(default_factory=dict)  # key → (artifact, built for)
 
     def key(self, route: Route, i: int, ctx: ConvertContext) -> tuple:
+        """What makes the output of `route`'s first i+1 steps: the source format, each step's converter and
+        precision, and the spec only from the quantizing step on (float prefixes are shared across specs)."""
         steps = tuple((s.converter.name, s.precision) for s in route.steps[: i + 1])
         q = route.quantizing
         return (route.source_format, steps, ctx.spec if q is not None and q <= i else None)

@@ -67,6 +67,9 @@ def size_limit() -> int:
 
 @dataclass(frozen=True)
 class Hit:
+    """A target found in the cache: its stored result, the source as recorded then (not opened again) and that
+    run's warnings. Its files are only known to be present; `ArtifactCache.place` checks their hash."""
+
     key: str
     result: dict  # ArtifactResult.stored()
     source: ModelArtifact
@@ -75,6 +78,9 @@ class Hit:
 
 
 class ArtifactCache:
+    """The cache in `where` (default `folder()`) holding at most `limit` bytes (default `size_limit()`; 0 turns
+    it off). Opened on first use; a request that cannot be cached is looked up as a miss, with `skipped` set."""
+
     def __init__(self, where: Path | None = None, limit: int | None = None):
         self.folder = Path(where) if where is not None else folder()
         self.limit = size_limit() if limit is None else limit
@@ -83,6 +89,7 @@ class ArtifactCache:
 
     @property
     def store(self):
+        """The diskcache store, opened on first use; BadInput when its folder cannot be opened."""
         if self._store is None:
             try:
                 self._store = diskcache.Cache(str(self.folder), size_limit=self.limit,
@@ -108,6 +115,7 @@ class ArtifactCache:
                 for t, route in plan.routes}
 
     def lookup(self, plan) -> dict[str, Hit]:
+        """Target name → Hit, for the targets of `plan` whose entry and every file are stored; the rest are absent."""
         hits = {}
         for name, key in self.keys(plan).items():
             raw = self.store.get(f"{key}/entry")
@@ -120,6 +128,8 @@ class ArtifactCache:
         return hits
 
     def store_result(self, plan, result: ArtifactResult, source: ModelArtifact, warnings: tuple[str, ...]) -> None:
+        """Keep `result`'s files and record; silently nothing when the plan is uncacheable or the record is not
+        JSON. The entry is written after its files, so a lookup never sees half of one."""
         key = self.keys(plan).get(result.target)
         if key is None:
             return
@@ -159,11 +169,13 @@ class ArtifactCache:
         return None
 
     def info(self) -> dict:
+        """folder, entries (stored results), bytes on disk and size_limit: what `edgekit cache info` shows."""
         entries = sum(1 for k in self.store.iterkeys() if str(k).endswith("/entry"))
         return {"folder": str(self.folder), "entries": entries, "bytes": self.store.volume(),
                 "size_limit": self.limit}
 
     def clear(self) -> int:
+        """Remove everything stored; returns how many store items went (an entry and each of its files count one)."""
         return self.store.clear()
 
 

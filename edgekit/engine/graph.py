@@ -12,12 +12,17 @@ from edgekit.converters.base import PRECISIONS, Converter, converters, node_of
 
 @dataclass(frozen=True)
 class Step:
+    """One edge of a route: the converter class (instantiated only when built) and what it makes."""
+
     converter: type[Converter]
     precision: str  # the precision this step produces
 
 
 @dataclass(frozen=True)
 class Route:
+    """A planned chain of conversions from the source's format to a target format at a precision; checked to
+    fit together when planned, nothing run yet."""
+
     source_format: str
     target_format: str
     precision: str
@@ -25,6 +30,7 @@ class Route:
 
     @property
     def cost(self) -> float:
+        """The sum of the converters' declared costs (relative weights, not seconds); what planning minimises."""
         return sum(s.converter.cost for s in self.steps)
 
     @property
@@ -34,14 +40,18 @@ class Route:
 
     @property
     def quantizing_step(self) -> Step | None:
+        """The step at `quantizing` (its converter's capabilities settle the spec), or None for a float route."""
         return None if self.quantizing is None else self.steps[self.quantizing]
 
     @property
     def formats(self) -> list[str]:
+        """The source's own format (not its graph node), then the format each step writes."""
         return [self.source_format] + [s.converter.target for s in self.steps]
 
 
 class Graph:
+    """The converter graph over `edges` (default: every registered converter, installed or not); plans routes."""
+
     def __init__(self, edges: list[type[Converter]] | None = None):
         self.edges = list(converters().values()) if edges is None else list(edges)
 

@@ -84,6 +84,8 @@ class RuntimeWorker:
                                      env={**os.environ, "OMP_NUM_THREADS": "1"})  # batch-1 loops: one thread
 
     def run(self, job: dict, path: str, timeout: float) -> None:
+        """Send one job (file paths, its outputs written to job["outputs"]) and wait up to `timeout` seconds.
+        Any failure is a ConversionFailed naming `path`'s file; after a timeout or a crash the worker is closed."""
         runtime = by_format(self.fmt).runtime
         try:
             self.proc.stdin.write(json.dumps(job) + "\n")
@@ -107,6 +109,7 @@ class RuntimeWorker:
 
     @property
     def alive(self) -> bool:
+        """Whether the child is still running (a dead one is replaced before the next job)."""
         return self.proc.poll() is None
 
     def _stderr(self) -> str:
@@ -114,6 +117,7 @@ class RuntimeWorker:
         return self.log.read()[-20000:].decode("utf-8", "replace")
 
     def close(self) -> None:
+        """Kill the child if it still runs and release its pipes and log; a job in flight is lost."""
         if self.alive:
             self.proc.kill()
             self.proc.wait()

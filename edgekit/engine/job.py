@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TargetJob:
+    """What one run's targets share to build and verify their artifacts: made once per run, `run` once per
+    target. `calib` is None for a float run, `selection` unless `auto` or a search has to choose."""
+
     source: Source
     req: ConvertRequest
     calib: SampleSet | None

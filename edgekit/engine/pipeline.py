@@ -52,6 +52,7 @@ class Sources:
         self._references: dict[tuple, list[np.ndarray]] = {}
 
     def open(self, location: str, options: SourceOptions, say: Progress = lambda _msg: None) -> Source:
+        """The source at `location` opened with `options`, once per pair; the frameworks' output is captured."""
         key = (location, options)
         if key not in self._opened:
             say(f"loading {location}")

@@ -244,7 +244,10 @@ def _run(module, args, wanted: set) -> dict[str, list[np.ndarray]]:
     values = {}
 
     class Capture(torch.fx.Interpreter):
+        """The graph run as usual, keeping the outputs of the `wanted` nodes on the way."""
+
         def run_node(self, n):
+            """Run `n` unchanged; a wanted node's tensors are kept as float64 arrays (a node with none, not at all)."""
             out = super().run_node(n)
             if n.name in wanted:
                 tensors = _tensors(out)

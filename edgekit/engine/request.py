@@ -42,6 +42,7 @@ class ConvertRequest:
 
     @property
     def precision(self) -> str:
+        """The precision every target is asked for (one of PRECISIONS); the spec is its one home."""
         return self.quant.precision
 
     @property

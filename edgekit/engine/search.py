@@ -68,6 +68,8 @@ class Measurement:
 
 @dataclass
 class Search:
+    """One search's terms and, as `run` goes, its steps and kept layers: use a new Search for each search."""
+
     budgets: tuple[Budget, ...]
     fallbacks: tuple[str, ...]  # the backend's, cheapest first
     min_int8_share: float = MIN_INT8_SHARE
@@ -79,9 +81,11 @@ class Search:
     floor_hit: bool = False  # a step was undone because it left less than min_int8_share in int8
 
     def values(self, m: Measurement) -> dict:
+        """Each budget's metric → its worst value over `m`'s outputs (None where unmeasured)."""
         return {b.metric: b.value(m.metrics) for b in self.budgets}
 
     def gap(self, m: Measurement) -> float:
+        """How far `m` is from all budgets together, summed in Budget.gap units; 0 when every one holds."""
         return sum(b.gap(b.value(m.metrics)) for b in self.budgets)
 
     def _progress(self, best: Measurement, trial: Measurement) -> tuple[float, str]:

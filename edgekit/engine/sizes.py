@@ -45,9 +45,11 @@ class Dim:
 
     @property
     def batch(self) -> bool:
+        """Whether this is axis 0, taken for the batch: its second size stacks samples instead of resizing."""
         return self.axis == 0
 
     def text(self) -> str:
+        """The dimension in a verdict's notes: `x axis 2 (height)`, the symbol only where the artifact names it."""
         return f"{self.input} axis {self.axis}" + (f" ({self.symbol})" if self.symbol else "")
 
 

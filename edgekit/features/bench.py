@@ -73,6 +73,9 @@ def host() -> dict:
 
 @dataclass(frozen=True)
 class ArtifactLatency:
+    """One artifact timed on the host CPU in a new process of its runtime, with that process's memory.
+    `ratio_to_fp32` is empty unless it is below fp32 and its fp32 partner was timed too."""
+
     path: str
     format: str
     precision: str
@@ -87,12 +90,15 @@ class ArtifactLatency:
 
     @property
     def runtime(self) -> str:
+        """The runtime it was timed in, by the name tables and warnings give it."""
         return by_format(self.format).runtime
 
     def median_ms(self, threads: int) -> float | None:
+        """The median latency in milliseconds at `threads` threads; None when not timed at that count."""
         return next((t["median_ms"] for t in self.timings if t["threads"] == threads), None)
 
     def to_json(self) -> dict:
+        """Every field and the runtime; `ratio_to_fp32`'s thread counts become string keys, as JSON needs."""
         return {"path": self.path, "format": self.format, "runtime": self.runtime, "precision": self.precision,
                 "timings": list(self.timings), "peak_rss_bytes": self.peak_rss_bytes,
                 "runtime_rss_bytes": self.runtime_rss_bytes, "inputs": list(self.inputs), "fp32_path": self.fp32_path,
@@ -102,6 +108,9 @@ class ArtifactLatency:
 
 @dataclass(frozen=True)
 class BenchReport:
+    """What `edgekit bench` found: the host, every artifact timed (fp32 partners too, with `given` False) and
+    the files skipped, each with its reason."""
+
     host: dict
     artifacts: tuple[ArtifactLatency, ...]
     skipped: tuple[dict, ...] = ()
@@ -109,12 +118,15 @@ class BenchReport:
 
     @property
     def warnings(self) -> tuple[str, ...]:
+        """The report's notes, then each artifact's warnings (int8 not faster than fp32, with likely reasons)."""
         return self.notes + tuple(w for a in self.artifacts for w in a.warnings)
 
     def by_path(self) -> dict[str, ArtifactLatency]:
+        """Each artifact by its resolved path, so a file's timing is found however its path was spelled."""
         return {str(Path(a.path).resolve()): a for a in self.artifacts}
 
     def to_json(self) -> dict:
+        """The `edgekit bench --json` document (schema SCHEMA); the notes appear only within `warnings`."""
         return {"schema": SCHEMA, "host": self.host, "artifacts": [a.to_json() for a in self.artifacts],
                 "skipped": list(self.skipped), "warnings": list(self.warnings)}
 

@@ -36,9 +36,11 @@ class Inspected:
 
     @property
     def bytes(self) -> int:
+        """Total size of all its files (side files included), as measured when it was inspected."""
         return sum(n for _, n in self.files)
 
     def to_json(self) -> dict:
+        """One entry of the `edgekit inspect --json` document: the fields, the total bytes, files as {path, bytes}."""
         return {"path": self.path, "format": self.format, "precision": self.precision,
                 "precision_source": self.precision_source, "bytes": self.bytes,
                 "files": [{"path": p, "bytes": n} for p, n in self.files], "inspection": self.inspection}

@@ -102,7 +102,9 @@ class Source(Protocol):
 
     artifact: ModelArtifact
 
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One sample (input name → array in the signature's shape) → the outputs, flattened, in order."""
+        ...
 
 
 class TorchSource:
@@ -115,6 +117,7 @@ class TorchSource:
 
     @property
     def signature(self) -> Signature:
+        """The artifact's signature, settled when the model was opened: what every sample must fit."""
         return self.artifact.signature
 
     def example_args(self) -> tuple:

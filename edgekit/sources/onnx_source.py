@@ -25,9 +25,11 @@ class OnnxSource:
 
     @property
     def signature(self) -> Signature:
+        """The artifact's signature: inputs read from the graph (dynamic ones fixed by --input-shape)."""
         return self.artifact.signature
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One sample (input name → array) through onnxruntime on the original file; the outputs in order."""
         return self._runner.run(feeds)
 
 

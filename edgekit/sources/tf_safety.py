@@ -243,6 +243,7 @@ class Finding:
     detail: str | None = None
 
     def describe(self) -> str:
+        """The finding in a refusal's message: kind, op and where it sits (which attribute names it, if one)."""
         where = f"node '{self.node}' of " + (f"function '{self.function}'" if self.function else "the graph")
         via = f"named by attribute '{self.via}' of " if self.via else ""
         detail = f", {self.detail}" if self.detail else ""

@@ -33,9 +33,12 @@ class TfSource:
 
     @property
     def signature(self) -> Signature:
+        """The signature, layout NHWC: a Keras input's undefined batch is 1, other dynamic dims are
+        --input-shape's."""
         return self.artifact.signature
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """One sample (input name → array, NHWC) through TensorFlow, fresh copies fed; the outputs in order."""
         return self._fn({s.name: np.array(feeds[s.name], copy=True) for s in self.signature.inputs})
 
     def saved_model(self, folder) -> str:

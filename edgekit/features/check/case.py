@@ -9,6 +9,9 @@ from edgekit.core.verify import Status
 
 @dataclass(frozen=True)
 class Case:
+    """One model × target × precision of a check as judged against its budgets: what the report, the JUnit
+    file and the baseline are made from. `metrics` is by output, as in a verdict."""
+
     model: str
     target: str
     precision: str
@@ -33,9 +36,11 @@ class Case:
 
     @property
     def name(self) -> str:
+        """The case's key in the baseline and its name in reports: `model target precision`."""
         return f"{self.model} {self.target} {self.precision}"
 
     def baseline_entry(self) -> dict:
+        """What the baseline keeps of the case: only the first output's metrics, plus what seeds a later search."""
         return {"bytes": self.bytes, "metrics": self.metrics.get("output_0", {}),
                 "task_accuracy": self.task_accuracy, "sha256": self.hashes, "tool_versions": self.tool_versions,
                 "overrides": list(self.overrides), "bias_correction": self.bias_correction,

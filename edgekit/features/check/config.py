@@ -22,6 +22,9 @@ SEARCH_KEYS = {"min_int8_share", "max_steps"}
 
 @dataclass(frozen=True)
 class ModelCheck:
+    """One [[models]] table, validated: paths resolved against the config's folder (import specs and `random`
+    as given), `name` unique in the config (it is the model's folder under --out)."""
+
     name: str
     path: str
     targets: tuple[str, ...]
@@ -39,6 +42,7 @@ class ModelCheck:
     output_kinds: dict = field(default_factory=dict)  # output name → kind (edgekit.core.verify.KINDS)
 
     def budget(self, precision: str) -> dict:
+        """The limits for `precision`: the "*" budgets, overridden key by key by the precision's own."""
         return {**self.budgets.get("*", {}), **self.budgets.get(precision, {})}
 
     def source_options(self, trust=None):

@@ -31,6 +31,9 @@ _state: dict = {}  # in a Ray worker process: its opened sources, kept between t
 
 
 class RayPool:
+    """A check's units run as Ray tasks (see the module's docstring); use it as a context manager: leaving it
+    disconnects from Ray (stopping a local instance it started) unless this process was connected before."""
+
     def __init__(self, address: str | None, jobs: int, show_progress: bool, first_estimate: int = 2 << 30,
                  out_dir: str | None = None, runtime_env: dict | None = None):
         """`address`: None starts a local Ray instance on `jobs` CPUs, else that of a running cluster

@@ -51,6 +51,9 @@ def pool(executor: str, jobs: int, show_progress: bool, first_estimate: int, ray
 
 
 class Pool:
+    """At most `jobs` spawned worker processes on this machine (see the module's docstring); use it as a context
+    manager: leaving it waits for the running units and cancels those not started."""
+
     def __init__(self, jobs: int, show_progress: bool, first_estimate: int = 2 << 30):
         self.jobs = jobs
         threads = max(1, (os.cpu_count() or 1) // jobs)

@@ -42,6 +42,9 @@ DTYPE_BYTES = {
 
 @dataclass(frozen=True)
 class ArtifactSize:
+    """One artifact measured from its files alone (see the module's docstring). `precision` comes from its name
+    where edgekit named it, else from its weights; the fp32 fields are None without an fp32 partner."""
+
     path: str
     format: str
     precision: str
@@ -63,6 +66,7 @@ class ArtifactSize:
 
     @property
     def runtime_needs(self) -> tuple[str, ...]:
+        """The ids of what an app must ship beyond the runtime's default build to load it; () when nothing."""
         return tuple(n.id for n in self.needs)
 
     @property
@@ -72,27 +76,35 @@ class ArtifactSize:
 
     @property
     def bytes(self) -> int:
+        """What it takes on disk: the artifact and its side files."""
         return sum(n for _, n in self.files)
 
     @property
     def weight_bytes(self) -> int:
+        """Bytes of its constants over every dtype, as the inspection counted them."""
         return sum(self.weight_bytes_by_dtype.values())
 
     @property
     def lower_bound_bytes(self) -> int:
+        """The least the weights alone take at its precision: parameters × bytes per element (4 if unknown)."""
         return self.parameters * BYTES_PER_PARAM.get(self.precision, 4)
 
     @property
     def ratio_to_lower_bound(self) -> float | None:
+        """`bytes` ÷ `lower_bound_bytes` (1 is no overhead), to 4 decimals; None when it has no parameters."""
         return round(self.bytes / self.lower_bound_bytes, 4) if self.lower_bound_bytes else None
 
     @property
     def ratio_to_fp32(self) -> float | None:
+        """`bytes` ÷ its fp32 partner's bytes, to 4 decimals; None without a partner (and for fp32 itself)."""
         return round(self.bytes / self.fp32_bytes, 4) if self.fp32_bytes else None
 
 
 @dataclass(frozen=True)
 class Report:
+    """What `build_report` found, ordered by folder, stem, format and precision; `latency` stays empty unless
+    the artifacts were timed too (`edgekit report --bench`)."""
+
     artifacts: tuple[ArtifactSize, ...]
     skipped: tuple[dict, ...] = ()  # {"path", "reason"}: files found in a folder that are not artifacts
     notes: tuple[str, ...] = field(default=())
@@ -100,6 +112,7 @@ class Report:
 
     @property
     def total_bytes(self) -> int:
+        """Every artifact's bytes, side files included; fp32 partners only found beside an artifact are not counted."""
         return sum(a.bytes for a in self.artifacts)
 
 
