@@ -30,7 +30,7 @@ from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.core.formats import onnx_dims, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.core.quant import Capabilities, unknown_layers
-from edgekit.targets.onnx_layers import layer_name
+from edgekit.targets.onnx.layers import layer_name
 
 ENTROPY_BINS = 2048  # quantize_static's default (128) leaves entropy a single candidate: MinMax
 

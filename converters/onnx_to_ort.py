@@ -48,7 +48,7 @@ from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import ConversionFailed
 from edgekit.core.formats import ORT_CONFIG_SUFFIX, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
-from edgekit.targets.ort_inspect import _fbs
+from edgekit.targets.ort.inspect import _fbs
 
 
 OPTIMIZATION_STYLE = "Fixed"

@@ -32,10 +32,7 @@ import numpy as np
 
 from edgekit.core.process import die_with_parent
 from edgekit.targets import by_format, load
-from edgekit.targets.executorch import without_compiler
-from edgekit.targets.onnx import ORT_TYPES
-from edgekit.targets.onnx import session as onnx_session
-from edgekit.targets.ptl import ENGINE
+from edgekit.targets.executorch.runner import without_compiler
 
 WARMUP_SECONDS = 0.3
 MIN_RUNS = 20
@@ -44,11 +41,6 @@ MAX_SECONDS = 10.0
 MAX_RUNS = 20000
 STABLE = 0.02  # the medians of the two halves of the runs agree within 2%
 ROUNDS = 3  # instances of the runtime opened one after the other per thread count, their runs pooled
-
-# ExecuTorch's ScalarType codes (c10) of the dtypes an input can have.
-PTE_DTYPES = {0: np.uint8, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.int64, 5: np.float16, 6: np.float32,
-              7: np.float64, 11: np.bool_}
-
 
 @dataclass(frozen=True)
 class Timing:
@@ -117,7 +109,7 @@ def samples(call: Callable[[], object], *, min_seconds: float = MIN_SECONDS, max
         gc.enable()
 
 
-def _feed(shape, dtype, given: np.ndarray | None, rng) -> np.ndarray:
+def feed(shape, dtype, given: np.ndarray | None, rng) -> np.ndarray:
     dtype = np.dtype(dtype)
     if given is not None and given.dtype == dtype and tuple(given.shape) == tuple(shape):
         return np.ascontiguousarray(given)
@@ -141,7 +133,7 @@ def _dims(dims) -> list[int | None]:
     return out
 
 
-def _shape(dims, name: str, shapes: dict, given: np.ndarray | None) -> tuple[int, ...]:
+def input_shape(dims, name: str, shapes: dict, given: np.ndarray | None) -> tuple[int, ...]:
     if name in shapes:
         return tuple(shapes[name])
     dims = _dims(dims)
@@ -150,7 +142,7 @@ def _shape(dims, name: str, shapes: dict, given: np.ndarray | None) -> tuple[int
     return tuple(1 if d is None else d for d in dims)  # a dynamic dimension at 1
 
 
-def _given(inputs: dict[str, np.ndarray], name: str, i: int, dims) -> np.ndarray | None:
+def given(inputs: dict[str, np.ndarray], name: str, i: int, dims) -> np.ndarray | None:
     """The given sample for input `name` (or the i-th), with or without its leading sample axis to match
     the artifact's rank."""
     values = list(inputs.values())
@@ -163,93 +155,7 @@ def _given(inputs: dict[str, np.ndarray], name: str, i: int, dims) -> np.ndarray
     return None
 
 
-def open_tflite(path: str, threads: int, inputs: dict, shapes: dict, rng):
-    from ai_edge_litert.interpreter import Interpreter
-
-    interp = Interpreter(model_path=path, num_threads=threads)
-    signatures = interp.get_signature_list()
-    if signatures:
-        runner = interp.get_signature_runner(next(iter(signatures)))
-        details = runner.get_input_details()
-        feeds = {}
-        for i, (key, d) in enumerate(details.items()):
-            g = _given(inputs, key, i, d["shape"])
-            feeds[key] = _feed(_shape(list(d["shape"]), key, shapes, g), d["dtype"], g, rng)
-        return (lambda: runner(**feeds)), _specs(feeds)
-    details = interp.get_input_details()
-    for i, d in enumerate(details):
-        shape = _shape(list(d["shape_signature"]), d["name"], shapes, _given(inputs, d["name"], i, d["shape"]))
-        if tuple(shape) != tuple(d["shape"]):
-            interp.resize_tensor_input(d["index"], shape)
-    interp.allocate_tensors()
-    feeds = {}
-    for i, d in enumerate(interp.get_input_details()):
-        g = _given(inputs, d["name"], i, d["shape"])
-        feeds[d["name"]] = _feed(tuple(d["shape"]), d["dtype"], g, rng)
-        interp.set_tensor(d["index"], feeds[d["name"]])
-    return interp.invoke, _specs(feeds)
-
-
-def open_onnx(path: str, threads: int, inputs: dict, shapes: dict, rng, *, ort_format: bool = False):
-    session = onnx_session(path, threads=threads, ort_format=ort_format)  # as the verifier runs it
-    feeds = {}
-    for i, x in enumerate(session.get_inputs()):
-        if x.type not in ORT_TYPES:
-            raise ValueError(f"input {x.name} has type {x.type}, which edgekit cannot make inputs for")
-        g = _given(inputs, x.name, i, x.shape)
-        feeds[x.name] = _feed(_shape(list(x.shape), x.name, shapes, g), ORT_TYPES[x.type], g, rng)
-    return (lambda: session.run(None, feeds)), _specs(feeds)
-
-
-def open_pte(path: str, threads: int, inputs: dict, shapes: dict, rng):
-    import torch
-    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-    from executorch.runtime import Runtime
-
-    _unsafe_reset_threadpool(threads)  # XNNPACK's threads; the pool is otherwise sized to the machine
-    program = Runtime.get().load_program(path)
-    method = program.load_method("forward")
-    meta = method.metadata
-    feeds = {}
-    for i in range(meta.num_inputs()):
-        info = meta.input_tensor_meta(i)
-        name = f"input_{i}"
-        if info.dtype() not in PTE_DTYPES:
-            raise ValueError(f"input {i} has ExecuTorch dtype code {info.dtype()}, which edgekit cannot make inputs for")
-        g = _given(inputs, name, i, info.sizes())
-        feeds[name] = _feed(_shape(list(info.sizes()), name, shapes, g), PTE_DTYPES[info.dtype()], g, rng)
-    args = [torch.from_numpy(x) for x in feeds.values()]
-    return (lambda: method.execute(args)), _specs(feeds)
-
-
-def open_ptl(path: str, threads: int, inputs: dict, shapes: dict, rng):
-    import torch
-    from torch.jit.mobile import _load_for_lite_interpreter
-
-    if not shapes:
-        raise ValueError("a .ptl file does not record its input shapes: pass --input-shape NAME=1,3,224,224 "
-                         "(one per input, in call order)")
-    torch.set_num_threads(threads)
-    if ENGINE in torch.backends.quantized.supported_engines:
-        torch.backends.quantized.engine = ENGINE
-    module = _load_for_lite_interpreter(path, map_location="cpu")
-    feeds = {}
-    for i, (name, shape) in enumerate(shapes.items()):
-        feeds[name] = _feed(shape, np.float32, _given(inputs, name, i, shape), rng)
-    args = [torch.from_numpy(x) for x in feeds.values()]
-
-    def call():
-        with torch.no_grad():
-            return module(*args)
-
-    return call, _specs(feeds)
-
-
-def open_ort(path: str, threads: int, inputs: dict, shapes: dict, rng):
-    return open_onnx(path, threads, inputs, shapes, rng, ort_format=True)
-
-
-def _specs(feeds: dict[str, np.ndarray]) -> list[dict]:
+def specs(feeds: dict[str, np.ndarray]) -> list[dict]:
     return [{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in feeds.items()]
 
 

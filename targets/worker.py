@@ -30,7 +30,7 @@ import numpy as np
 from edgekit.core.process import die_with_parent
 from edgekit.core.signature import Signature
 from edgekit.targets import by_format, load_runner
-from edgekit.targets.executorch import without_compiler
+from edgekit.targets.executorch.runner import without_compiler
 
 KEPT = 4  # runners kept loaded
 

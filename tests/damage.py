@@ -63,7 +63,7 @@ def perturb_tflite_weights(src: Path, dst: Path, layer: str, seed: int = 0) -> P
     from ai_edge_litert import schema_py_generated as fb
     from ai_edge_litert.tools import flatbuffer_utils as fbu
 
-    from edgekit.targets.tflite_layers import layer_name
+    from edgekit.targets.tflite.layers import layer_name
 
     model = fbu.read_model(str(src))
     graph = model.subgraphs[0]

@@ -64,7 +64,7 @@ def test_int8_runs_qnnpack_kernels_and_keeps_accuracy(digits_ptl):
 
 
 def test_the_runner_keeps_the_deprecation_warning_quiet(digits_ptl):
-    from edgekit.targets.ptl import PtlRunner
+    from edgekit.targets.ptl.runner import PtlRunner
 
     x = np.load(DIGITS_EVAL)["x"][:1].reshape(1, 1, 8, 8)
     with warnings.catch_warnings(record=True) as seen:

@@ -11,7 +11,7 @@ from edgekit.core.deps import require
 from edgekit.core.errors import BadInput, first_line
 from edgekit.core.formats import onnx_dims, onnx_files
 from edgekit.core.signature import Signature, TensorSpec
-from edgekit.targets.onnx import OnnxRunner
+from edgekit.targets.onnx.runner import OnnxRunner
 
 _ONNX_DTYPES = {1: "float32", 10: "float16", 7: "int64", 6: "int32", 3: "int8", 2: "uint8", 9: "bool"}
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from edgekit.core.drift import Traced, sqnr_db
 from edgekit.core.signature import Signature
-from edgekit.targets.onnx import OnnxRunner
+from edgekit.targets.onnx.runner import OnnxRunner
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 Q_INPUT, DQ_OUTPUT = "_QuantizeLinear_Input", "_DequantizeLinear_Output"

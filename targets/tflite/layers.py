@@ -15,7 +15,7 @@ import numpy as np
 
 from edgekit.core.drift import SqnrSums, Traced, module_path_from_location, sqnr_db
 from edgekit.core.signature import Signature
-from edgekit.targets.tflite import TfliteRunner
+from edgekit.targets.tflite.runner import TfliteRunner
 
 BOUNDARY_OPS = frozenset({"QUANTIZE", "DEQUANTIZE"})
 # Module classes that name a layer, in order of preference (a conv with its BatchNorm folded in is the conv).

@@ -3,7 +3,7 @@
 The file is read with the flatbuffer schema onnxruntime ships (`onnxruntime.tools.ort_format_model`).
 An .ort saved with the Fixed optimization style holds the graph as ONNX Runtime will run it: QDQ
 groups are already fused (QLinearConv, QGemm, NhwcMaxPool, ...) and float convolutions may be
-FusedConv. The int8 rules are onnx_inspect's; the tensor types come from the file's own NodeArgs,
+FusedConv. The int8 rules are edgekit.targets.onnx.inspect's; the tensor types come from the file's own NodeArgs,
 which ONNX Runtime writes for every value, so no shape inference is needed; so do the input and output
 shapes, read from the same NodeArgs an onnxruntime session reports them from.
 """
@@ -18,12 +18,12 @@ from pathlib import Path
 
 from edgekit.core.errors import BadInput
 from edgekit.targets.inspection import Inspection, build, io_entry
-from edgekit.targets.onnx_inspect import _dtype, op_modes, quantization_params, tensor_bytes, type_quantize_outputs
+from edgekit.targets.onnx.inspect import _dtype, op_modes, quantization_params, tensor_bytes, type_quantize_outputs
 
 
 @dataclass(frozen=True)
 class _Node:
-    """An .ort node with the attribute names of an onnx NodeProto, for onnx_inspect's rules."""
+    """An .ort node with the attribute names of an onnx NodeProto, for edgekit.targets.onnx.inspect's rules."""
 
     op_type: str
     domain: str

@@ -87,7 +87,7 @@ def _io_shape(value) -> dict:
 
 
 # The rules below work on any ONNX-like graph: `nodes` have op_type, domain, name, input and output
-# (onnx NodeProto, or the nodes of an .ort flatbuffer read by ort_inspect); `elem` maps a tensor
+# (onnx NodeProto, or the nodes of an .ort flatbuffer read by edgekit.targets.ort.inspect); `elem` maps a tensor
 # name to its TensorProto element type; `consts` holds the names of constant tensors.
 
 def type_quantize_outputs(nodes, elem: dict) -> None:

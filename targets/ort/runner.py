@@ -7,7 +7,7 @@ so neither does the verifier. Integer I/O parameters (`<model>.ort.io.json`) are
 
 from __future__ import annotations
 
-from edgekit.targets.onnx import OnnxRunner
+from edgekit.targets.onnx.runner import OnnxRunner
 
 
 class OrtRunner(OnnxRunner):

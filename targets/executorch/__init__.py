@@ -1,0 +1,1 @@
+"""The executorch target: its runner, inspector, latency opener (named in edgekit.targets.TARGETS)."""

@@ -1,0 +1,1 @@
+"""The ptl target: its runner, inspector, latency opener (named in edgekit.targets.TARGETS)."""

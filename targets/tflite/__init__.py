@@ -1,0 +1,1 @@
+"""The tflite target: its runner, inspector, latency opener, per-layer tracer (named in edgekit.targets.TARGETS)."""
