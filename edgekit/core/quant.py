@@ -108,8 +108,9 @@ class QuantSpec:
             raise BadInput("--keep needs --precision int8 (or --int8): it keeps layers of a static int8 model back")
 
     def for_backend(self, capabilities: "Capabilities", method: Method | None = None) -> "QuantSpec":
-        """This spec settled for one int8 backend: `method` (else this spec's, which must not be AUTO) and
-        bias correction on where the backend has it unless the spec says otherwise (the default recipe)."""
+        """This spec for one int8 backend: `method` (else this spec's) and bias correction on where the backend
+        has it unless the spec says otherwise (the default recipe). A converter is only given it with a concrete
+        method (ConvertRequest.spec_for); with AUTO it serves to ask what the backend lacks."""
         bias = self.bias_correction if self.bias_correction is not None else capabilities.bias_correction
         return replace(self, method=method or self.method, bias_correction=bias)
 
