@@ -188,7 +188,7 @@ def request_key(plan) -> dict:
         "schema": KEY_SCHEMA, "edgekit": code_fingerprint(), "tools": versions(tuple(DISTRIBUTIONS)),
         "int8_products_saturate": int8_products_saturate(),  # decides the ONNX int8 types (edgekit.core.cpu)
         "source": _data_key(req.source, "the source model"), "source_format": plan.source_format,
-        "source_options": {"input_shapes": list(options.input_shapes), "trust_pickle": options.trust_pickle,
+        "source_options": {"input_shapes": [s.describe() for s in options.input_shapes], "trust_pickle": options.trust_pickle,
                            "trust_model_code": options.trust_model_code,
                            "example_inputs": _data_key(options.example_inputs, "the example inputs")
                            if options.example_inputs else None},

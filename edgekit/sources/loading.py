@@ -34,10 +34,18 @@ class SourceOptions:
 
     trust_pickle: bool = False
     model_class: str | None = None
-    input_shapes: tuple[str, ...] = ()
+    input_shapes: tuple[TensorSpec, ...] = ()  # --input-shape; given as its text (`x=1,3,224,224`), parsed here
     example_inputs: str | None = None
     trust_model_code: bool = False  # graphs that may run code: TF file/process/callback ops, .pt2 non-operator calls
     project: str | None = None  # import specs must name modules of this folder (set for check configs)
+
+    def __post_init__(self):
+        specs = tuple(self.input_shapes)
+        if specs and all(isinstance(s, str) for s in specs):
+            specs = parse_input_shapes(specs)  # BadInput for text that is no shape, before any work
+        if not all(isinstance(s, TensorSpec) for s in specs):
+            raise BadInput(f"input shapes {specs!r} mix text and tensor specs", fix="give --input-shape NAME=1,3,224,224")
+        object.__setattr__(self, "input_shapes", specs)
 
 
 def import_spec(spec: str, what: str, project: str | Path | None = None) -> Any:
@@ -216,7 +224,7 @@ def _declared_inputs(options: SourceOptions) -> tuple[TensorSpec, ...] | None:
     if options.input_shapes and options.example_inputs:
         raise BadInput("give either --input-shape or --example-inputs, not both")
     if options.input_shapes:
-        return parse_input_shapes(options.input_shapes)
+        return options.input_shapes
     if options.example_inputs:
         path = Path(options.example_inputs)
         if not path.is_file():
