@@ -126,12 +126,10 @@ class OnnxQuantize(Converter):
         spec = ctx.spec
         layers = layer_nodes(prepared, spec.layers("float") + spec.layers("int16"))
         kept = [n.name for layer in spec.layers("float") for n in layers[layer]]
-        heads, stem = score_heads(prepared)
-        int16 = {t: [{"quant_type": QuantType.QInt16}] for t in [*stem, *(
+        int16 = {t: [{"quant_type": QuantType.QInt16}] for t in [*stem_activations(prepared), *(
             t for layer in spec.layers("int16") for t in activations(prepared, layers[layer]))]}
         quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
-                        nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + heads + kept
-                        + smoothed,
+                        nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed,
                         quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
                         activation_type=qtype, weight_type=qtype,
                         calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
@@ -146,16 +144,6 @@ class OnnxQuantize(Converter):
         int8_weights_only(model.graph, keep=set(kept))
         float_weights_stay_float(model.graph)
         onnx.save(model, str(out_path))
-
-
-def score_heads(model: Path) -> tuple[list[str], list[str]]:
-    """(the nodes of the model's score heads, kept float; the stem's activations, at int16 when the model
-    has a score head): see edgekit.converters.onnx_score_heads."""
-    import onnx
-
-    graph = onnx.load(str(model), load_external_data=False).graph
-    heads = score_head_nodes(graph)
-    return heads, stem_activations(graph) if heads else []
 
 
 def layer_nodes(model: Path, layers: tuple[str, ...]) -> dict[str, list]:
@@ -337,7 +325,8 @@ def keep_float(model: Path) -> list[str]:
     whatever is computed from integer inputs and constants only (attention masks, positions), an
     op that adds such a tensor to an activation, the adds of a transformer's residual stream
     (those that feed a normalization), whose outlier channels one int8 scale cannot hold, and
-    every stretch from a squaring to its square root (`squared_stretches`)."""
+    every stretch from a squaring to its square root (`squared_stretches`), and every score head
+    (edgekit.converters.onnx_score_heads)."""
     import onnx
 
     graph = onnx.load(str(model), load_external_data=False).graph
@@ -382,7 +371,7 @@ def keep_float(model: Path) -> list[str]:
                 writer = next((producer[i] for i in writer.input if i in producer), None)
             if writer is not None and writer.op_type in ("MatMul", "Gemm"):
                 out.append(writer.name)
-    return out + squared_stretches(graph)
+    return out + squared_stretches(graph) + score_head_nodes(graph)
 
 
 _SUMS = ("Add", "Sum", "ReduceMean", "ReduceSum", "Mul", "Div", "Sub")  # what a power goes through on its way to a root

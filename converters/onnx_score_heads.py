@@ -17,6 +17,8 @@ Both are found by graph pattern and shapes, never by node name.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 MOVES = ("Concat", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split", "Identity")
 WRITERS = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 STEM_STRIDE = 4  # activations at least 1/STEM_STRIDE of the input's height and width are the stem's
@@ -61,11 +63,14 @@ def score_head_nodes(graph) -> list[str]:
     return out
 
 
-def stem_activations(graph) -> list[str]:
+def stem_activations(model: Path) -> list[str]:
     """The float 4-D activations of the stem (height and width at least 1/STEM_STRIDE of the first 4-D
-    input's, NCHW or NHWC), read from the graph's inferred shapes."""
+    input's, NCHW or NHWC, read from the graph's inferred shapes) of a model with a score head; none else."""
     import onnx
 
+    graph = onnx.load(str(model), load_external_data=False).graph
+    if not score_head_nodes(graph):
+        return []
     def dims(value) -> list[int]:
         return [d.dim_value for d in value.type.tensor_type.shape.dim]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgekit.core.errors import BadInput
+from edgekit.core.options import key_values, number
 from edgekit.core.verify import HIGHER_IS_BETTER, METRICS
 
 BOUNDED = ("cosine", "cosine_min", "channel_cosine", "channel_cosine_min", "top1_agreement")
@@ -52,15 +53,13 @@ class Budget:
 
 def parse_budgets(items) -> tuple[Budget, ...]:
     """`--budget cosine=0.995` (repeatable) or a {metric: limit} mapping → budgets on output metrics."""
-    pairs = items.items() if isinstance(items, dict) else [str(i).partition("=")[::2] for i in items]
     out = []
-    for metric, value in pairs:
-        metric = metric.strip()
+    for metric, value in key_values(items):
         if metric not in METRICS:
             raise BadInput(f"cannot use {metric!r} as a budget", fix=f"budget a verification metric: {', '.join(METRICS)}")
         try:
-            out.append(Budget(metric, float(value)))
-        except (TypeError, ValueError):
+            out.append(Budget(metric, number(value)))
+        except ValueError:
             raise BadInput(f"budget {metric}: {value!r} is not a number", fix="write --budget METRIC=VALUE") from None
     return tuple(out)
 

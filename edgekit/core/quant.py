@@ -21,6 +21,7 @@ from itertools import product
 from typing import Callable
 
 from edgekit.core.errors import BadInput
+from edgekit.core.options import key_values
 
 # Whole-model passes (QuantSpec flags that converters declare they have), in the order the search and
 # `auto` try them, with their names.
@@ -208,13 +209,9 @@ def auto_specs(base: QuantSpec, methods, passes) -> list[QuantSpec]:
 
 
 def parse_overrides(items) -> tuple[LayerOverride, ...]:
-    """`--keep LAYER=float` / `--keep LAYER=int16` (a bare LAYER means float)."""
-    out = []
-    for item in items:
-        layer, sep, precision = str(item).rpartition("=")
-        if not sep:
-            layer, precision = str(item), "float"
-        out.append(LayerOverride(layer.strip(), precision.strip()))
+    """`--keep LAYER=float` / `--keep LAYER=int16` (a bare LAYER means float), or {layer: precision}."""
+    out = [LayerOverride(layer, "float" if precision is None else str(precision).strip())
+           for layer, precision in key_values(items, last=True)]
     layers = [o.layer for o in out]
     twice = sorted({n for n in layers if layers.count(n) > 1})
     if twice:

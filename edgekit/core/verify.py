@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 
 from edgekit.core.errors import BadInput
+from edgekit.core.options import key_values, number
 
 Metric = Callable[[np.ndarray, np.ndarray], "float | None"]
 METRICS: dict[str, Metric] = {}
@@ -201,15 +202,14 @@ def _distributions(rows: np.ndarray) -> bool:
 
 
 def parse_output_kinds(items) -> dict[str, str]:
-    """`--output-kind output_1=regression` (or `1=regression`) → {"output_1": "regression"}."""
+    """`--output-kind output_1=regression` (or `1=regression`, or {"output_1": "regression"}) → {"output_1": "regression"}."""
     out = {}
-    for item in items:
-        name, sep, kind = str(item).partition("=")
-        name = name.strip()
-        if not sep or kind.strip() not in KINDS or not name:
-            raise BadInput(f"cannot read --output-kind {item!r}",
+    for name, kind in key_values(items):
+        kind = str(kind).strip() if kind is not None else None
+        if kind not in KINDS or not name:
+            raise BadInput(f"cannot read --output-kind {name if kind is None else f'{name}={kind}'!r}",
                            fix=f"write OUTPUT=KIND, OUTPUT as output_0 (or 0), KIND one of {', '.join(KINDS)}")
-        out[f"output_{name}" if name.isdigit() else name] = kind.strip()
+        out[f"output_{name}" if name.isdigit() else name] = kind
     return out
 
 
@@ -372,16 +372,16 @@ def _accuracy(scores: np.ndarray, labels: np.ndarray) -> float:
     return round(float(np.mean(pred == labels)), 6)
 
 
-def parse_thresholds(items: list[str] | tuple[str, ...]) -> dict[str, float]:
-    """`--threshold cosine=0.999` → {"cosine": 0.999}, checked against the metric registry."""
+def parse_thresholds(items) -> dict[str, float]:
+    """`--threshold cosine=0.999` (or {"cosine": 0.999}) → {"cosine": 0.999}, checked against the metric registry."""
     out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or key not in HIGHER_IS_BETTER:
-            raise BadInput(f"cannot read --threshold {item!r}" + (f": unknown metric {key!r}" if sep else ""),
+    for key, value in key_values(items):
+        item = key if value is None else f"{key}={value}"
+        if value is None or key not in HIGHER_IS_BETTER:
+            raise BadInput(f"cannot read --threshold {item!r}" + (f": unknown metric {key!r}" if value is not None else ""),
                            fix=f"write METRIC=VALUE with a metric of {', '.join(HIGHER_IS_BETTER)}")
         try:
-            out[key] = float(value)
+            out[key] = number(value)
         except ValueError:
             raise BadInput(f"--threshold {item!r}: {value!r} is not a number") from None
     return out

@@ -79,13 +79,10 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
         raise BadInput("--calib-samples and --calib-preprocess need --calib", fix="give the calibration data too")
     if isinstance(calibration, str):
         calibration = CalibrationSpec(calibration, calib_samples, calib_preprocess)
-    pairs = lambda items: [f"{k}={v}" for k, v in items.items()] if isinstance(items, Mapping) else list(items)  # noqa: E731
-    quant = QuantSpec(precision, Method.parse(calib_method), granularity=str(granularity).replace("-", "_"),
-                      int8_io=int8_io, bias_correction=bias_correction, smooth_quant=smooth_quant,
-                      overrides=parse_overrides(pairs(keep)))
-    search = SearchSpec(parse_budgets(dict(budgets) if isinstance(budgets, Mapping) else budgets), min_int8_share,
-                        max_steps)
+    quant = QuantSpec(precision, calib_method, granularity=str(granularity).replace("-", "_"), int8_io=int8_io,
+                      bias_correction=bias_correction, smooth_quant=smooth_quant, overrides=parse_overrides(keep))
+    search = SearchSpec(parse_budgets(budgets), min_int8_share, max_steps)
     return ConvertRequest(str(source), (targets,) if isinstance(targets, str) else tuple(targets), str(out), quant,
                           search, eval_data=str(eval_data) if eval_data else None,
-                          thresholds=parse_thresholds(pairs(thresholds)), source_options=source_options,
-                          calibration=calibration, output_kinds=parse_output_kinds(pairs(output_kinds)))
+                          thresholds=parse_thresholds(thresholds), source_options=source_options,
+                          calibration=calibration, output_kinds=parse_output_kinds(output_kinds))

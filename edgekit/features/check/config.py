@@ -178,7 +178,7 @@ def _output_kinds(m: dict, where: str) -> dict:
     if not isinstance(raw, dict):
         raise BadInput(f"{where}.output_kinds must be a table", fix='e.g. output_kinds = {output_1 = "regression"}')
     try:
-        return parse_output_kinds(f"{k}={v}" for k, v in raw.items())
+        return parse_output_kinds(raw)
     except BadInput as e:
         raise BadInput(f"{where}.output_kinds: {e.message}", fix=e.fix) from None
 
