@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
     fmt, path, out_path = argv
     try:
         with reading(path, f"the .{fmt} artifact"), captured():
-            doc = {"inspection": inspect_artifact(fmt, path).to_json()}
+            doc = {"inspection": inspect_artifact(fmt, path).to_json(everything=True)}
     except EdgekitError as e:
         doc = {"error": {"message": e.message, "fix": e.fix}}
     with open(out_path, "w") as f:

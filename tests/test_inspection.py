@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from edgekit.core.errors import BadInput
-from edgekit.targets.inspection import Inspection, inspect_artifact
+from edgekit.core.inspection import Inspection
+from edgekit.targets.inspection import inspect_artifact
 from tests.conftest import DIGITS, DIGITS_CALIB, REPO
 
 pytestmark = pytest.mark.slow
@@ -201,10 +202,21 @@ def test_undelegated_int8_pte_is_caught(pte_int8):
     assert any("XnnpackPartitioner" in n for n in r.notes)
 
 
-def test_to_json_is_plain_json(pte_int8, fp32):
+def test_to_json_is_plain_json_and_reads_back(pte_int8, fp32):
     for fmt, path in (("pte", pte_int8["portable"]), ("onnx", fp32["onnx"]), ("tflite", fp32["tflite"])):
-        d = json.loads(json.dumps(inspect_artifact(fmt, path).to_json()))
+        made = inspect_artifact(fmt, path)
+        d = json.loads(json.dumps(made.to_json()))
         assert d["format"] == fmt and d["compute_ops"] == len(d["ops"]) and isinstance(d["float_ops"], list)
+        assert Inspection.from_json(d) == made  # what a child process, the cache and a result document carry
+
+
+def test_a_summary_without_its_ops_reads_back_with_their_counts(pte_int8):
+    made = inspect_artifact("pte", pte_int8["portable"])
+    summary = {k: v for k, v in made.to_json().items() if k != "ops"}  # as a document of a large model has it
+    read = Inspection.from_json(summary)
+    assert read.ops == () and read.compute_ops == made.compute_ops > 0 and read.ops_by_mode == made.ops_by_mode
+    assert read.int8_compute_share == made.int8_compute_share and read.needs == made.needs
+    assert Inspection.from_json(made.to_json(everything=True)).ops == made.ops
 
 
 def test_unknown_format_is_bad_input():

@@ -77,7 +77,7 @@ def test_fp32_ort_matches_torch(fp32):
     _check_mobile_package(r.artifact.meta.mobile_package)
     assert r.artifact.meta.mobile_package["nnapi"]["suitability"] == "YES"  # plain float CNN
     insp = v.inspection
-    assert insp["format"] == "ort" and insp["int8_weight_share"] == 0.0 and insp["compute_ops"] > 0
+    assert insp.format == "ort" and insp.int8_weight_share == 0.0 and insp.compute_ops > 0
 
 
 def test_int8_ort_is_int8_and_keeps_accuracy(int8, fp32):
@@ -88,9 +88,9 @@ def test_int8_ort_is_int8_and_keeps_accuracy(int8, fp32):
     assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
     assert v.metrics["output_0"]["cosine"] >= 0.99
     insp = v.inspection
-    assert insp["int8_weight_share"] >= 0.9, insp["weight_bytes_by_dtype"]
-    assert insp["int8_heavy_op_share"] == 1.0, insp["float_ops"]
-    assert insp["io_dtypes"] == {"inputs": ["float32"], "outputs": ["float32"]}
+    assert insp.int8_weight_share >= 0.9, insp.weight_bytes_by_dtype
+    assert insp.int8_heavy_op_share == 1.0, insp.float_ops
+    assert insp.io_dtypes == {"inputs": ["float32"], "outputs": ["float32"]}
     assert "QLinearConv" in _config_ops(r)  # QDQ groups fused ahead of time
     assert r.artifact.bytes <= 0.4 * fp32.artifact.bytes
     _check_mobile_package(r.artifact.meta.mobile_package)

@@ -36,9 +36,9 @@ def test_int8_on_every_target_is_really_int8_and_keeps_accuracy(digits_int8_auto
         assert r.artifact.precision == "int8"
         assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
         assert v.metrics["output_0"]["cosine"] >= 0.99
-        assert insp["int8_weight_share"] >= 0.9, (target, insp["weight_bytes_by_dtype"])
-        assert insp["int8_heavy_op_share"] == 1.0, (target, insp["float_ops"])
-        assert insp["io_dtypes"] == {"inputs": ["float32"], "outputs": ["float32"]}  # float I/O by default
+        assert insp.int8_weight_share >= 0.9, (target, insp.weight_bytes_by_dtype)
+        assert insp.int8_heavy_op_share == 1.0, (target, insp.float_ops)
+        assert insp.io_dtypes == {"inputs": ["float32"], "outputs": ["float32"]}  # float I/O by default
         assert r.artifact.bytes <= (0.4 if target in COMPACT else 0.45) * fp32[target].artifact.bytes
 
 
@@ -75,7 +75,7 @@ def test_dynamic_and_fp16_on_every_target(tmp_path_factory, converted_digits, pr
             assert v.metrics["output_0"]["cosine"] >= 0.999
         else:
             assert ratio < 0.45, (target, ratio)
-            assert v.inspection["int8_weight_share"] >= 0.5
+            assert v.inspection.int8_weight_share >= 0.5
 
 
 def test_int8_io_on_every_target(tmp_path_factory):
@@ -86,7 +86,7 @@ def test_int8_io_on_every_target(tmp_path_factory):
         v = r.verdict
         assert v.status == "pass", (target, v.reasons)
         io = onnx_integer_type() if target in ("onnx", "ort") else "int8"  # see edgekit.core.cpu
-        assert v.inspection["io_dtypes"] == {"inputs": [io], "outputs": [io]}
+        assert v.inspection.io_dtypes == {"inputs": [io], "outputs": [io]}
         assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
         sidecar = io_params.read(r.artifact.path)
         if target == "tflite":
@@ -107,7 +107,7 @@ def test_mobilenet_int8_is_small_really_int8_and_accurate(tmp_path_factory, mobi
         assert v.status == "pass", (target, v.reasons)
         assert v.task_accuracy["reference"] > 0.95
         assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
-        assert v.inspection["int8_weight_share"] >= 0.9, (target, v.inspection["weight_bytes_by_dtype"])
+        assert v.inspection.int8_weight_share >= 0.9, (target, v.inspection.weight_bytes_by_dtype)
         assert r.artifact.bytes <= 0.4 * fp32[target].artifact.bytes, (target, r.artifact.bytes, fp32[target].artifact.bytes)
 
 

@@ -62,7 +62,7 @@ def test_efficientnet_lite0_int8_on_tflite_executorch_and_onnx(real, tmp_path):
         assert m["cosine"] >= 0.995 and m["cosine_min"] >= 0.98, (r.target, m)
         assert m["top1_agreement"] >= 0.9, (r.target, m)
         assert r.artifact.meta.quantization.bias_correction is True
-        assert v.inspection["int8_weight_share"] >= 0.8, (r.target, v.inspection["weight_bytes_by_dtype"])
+        assert v.inspection.int8_weight_share >= 0.8, (r.target, v.inspection.weight_bytes_by_dtype)
         assert r.artifact.bytes <= 0.35 * fp32_bytes, (r.target, r.artifact.bytes, fp32_bytes)
 
 
@@ -78,7 +78,7 @@ def test_minilm_encoder_int8_converts_where_the_raw_calls_failed(real, tmp_path)
         assert v.status == "pass", (r.target, v.reasons)
         assert m["cosine"] >= 0.995, (r.target, m)
         assert r.artifact.meta.quantization.smooth_quant is True
-        assert v.inspection["int8_weight_share"] >= 0.8, (r.target, v.inspection["weight_bytes_by_dtype"])
+        assert v.inspection.int8_weight_share >= 0.8, (r.target, v.inspection.weight_bytes_by_dtype)
 
 
 def test_detector_scores_survive_int8_and_a_collapsed_quantization_fails(real, tmp_path, monkeypatch):

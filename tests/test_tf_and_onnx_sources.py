@@ -35,7 +35,7 @@ def test_keras_digits_to_every_reachable_target(tmp_path_factory, precision):
         assert v.task_accuracy["reference"] > 0.95
         assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
         if precision == "int8":
-            assert v.inspection["int8_weight_share"] >= 0.9 and v.inspection["int8_heavy_op_share"] == 1.0
+            assert v.inspection.int8_weight_share >= 0.9 and v.inspection.int8_heavy_op_share == 1.0
         else:
             assert v.metrics["output_0"]["cosine"] >= 0.9999
 
@@ -47,7 +47,7 @@ def test_keras_int8_io_tflite(tmp_path):
                                     calibration=CalibrationSpec(str(KERAS_CALIB)), int8_io=True))
     (r,) = result.artifacts
     assert r.verdict.status == "pass", r.verdict.reasons
-    assert r.verdict.inspection["io_dtypes"] == {"inputs": ["int8"], "outputs": ["int8"]}
+    assert r.verdict.inspection.io_dtypes == {"inputs": ["int8"], "outputs": ["int8"]}
 
 
 def test_savedmodel_directory_as_source(tmp_path):

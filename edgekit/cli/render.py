@@ -16,7 +16,7 @@ from rich.text import Text
 from edgekit.core import quiet
 from edgekit.core.quant import PASSES
 from edgekit.targets import TARGETS
-from edgekit.targets.inspection import shapes_text
+from edgekit.core.inspection import shapes_text
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skipped": "yellow"}
 
@@ -159,7 +159,7 @@ def render_result(result, console: Console | None) -> None:
             f"[{STATUS_STYLE[r.verdict.status]}]{r.verdict.status}[/]",
             f"{m['cosine']:.6f}" if "cosine" in m else "—", _fmt(m.get("max_abs"), 3) if m else "—",
             _fmt(m.get("sqnr_db"), 4) if m else "—", f"{top1 * 100:.1f}%" if top1 is not None else "—", acc_text,
-            escape(shapes_text((r.verdict.inspection or {}).get("io_shapes"))),
+            escape(shapes_text(r.verdict.inspection and r.verdict.inspection.io_shapes)),
         )
     console.print(table)
     for r in result.artifacts:

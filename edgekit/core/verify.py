@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 
 from edgekit.core.errors import BadInput
+from edgekit.core.inspection import Inspection
 from edgekit.core.options import key_values, number
 
 Metric = Callable[[np.ndarray, np.ndarray], "float | None"]
@@ -273,7 +274,7 @@ class Verdict:
     thresholds: dict = field(default_factory=dict)
     task_accuracy: dict | None = None
     reasons: tuple[str, ...] = ()
-    inspection: dict | None = None
+    inspection: Inspection | None = None
     # the artifact run again at a second size of its dynamic dimensions (edgekit.engine.sizes)
     second_size: dict | None = None
     notes: tuple[str, ...] = ()  # what verification could not do, e.g. no second size for a dimension
@@ -286,7 +287,7 @@ class Verdict:
         if self.task_accuracy is not None:
             out["task_accuracy"] = self.task_accuracy
         if self.inspection is not None:
-            out["inspection"] = self.inspection
+            out["inspection"] = self.inspection.to_json()
         if self.second_size is not None:
             out["second_size"] = self.second_size
         if self.reasons:
@@ -299,14 +300,15 @@ class Verdict:
 
     @classmethod
     def from_json(cls, d: dict) -> "Verdict":
-        """Inverse of `to_json`: a verdict as the artifact cache stored it (the status stays a plain str)."""
-        return cls(d["status"], d["samples"], d["metrics"], d["thresholds"], d.get("task_accuracy"),
-                   tuple(d.get("reasons", ())), d.get("inspection"), d.get("second_size"), tuple(d.get("notes", ())),
-                   d.get("outputs", {}))
+        """Inverse of `to_json`: a verdict as the artifact cache stored it."""
+        inspection = d.get("inspection")
+        return cls(Status(d["status"]), d["samples"], d["metrics"], d["thresholds"], d.get("task_accuracy"),
+                   tuple(d.get("reasons", ())), inspection and Inspection.from_json(inspection), d.get("second_size"),
+                   tuple(d.get("notes", ())), d.get("outputs", {}))
 
 
 def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, float],
-            labels: np.ndarray | None = None, inspection: dict | None = None,
+            labels: np.ndarray | None = None, inspection: Inspection | None = None,
             kinds: dict[str, str] | None = None) -> Verdict:
     """Compare artifact outputs with reference outputs (each stacked over samples).
 
@@ -357,13 +359,14 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, 
                    tuple(reasons), inspection, kinds=judged)
 
 
-def _inspection_reasons(inspection: dict, thresholds: dict[str, float]) -> list[str]:
+def _inspection_reasons(inspection: Inspection, thresholds: dict[str, float]) -> list[str]:
     reasons = []
     for key, what in INSPECTION_METRICS.items():
-        if key in thresholds and inspection[key] < thresholds[key]:
-            left = ", ".join(inspection.get("float_ops", [])[:6]) or "none listed"
-            reasons.append(f"did not really quantize: only {inspection[key] * 100:.1f}% {what} "
-                           f"({key} {inspection[key]:.4g} < {thresholds[key]:g}); float ops left: {left}")
+        share = getattr(inspection, key)
+        if key in thresholds and share < thresholds[key]:
+            left = ", ".join(inspection.float_ops[:6]) or "none listed"
+            reasons.append(f"did not really quantize: only {share * 100:.1f}% {what} "
+                           f"({key} {share:.4g} < {thresholds[key]:g}); float ops left: {left}")
     return reasons
 
 

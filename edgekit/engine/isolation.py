@@ -18,6 +18,7 @@ import numpy as np
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.deps import available, require
 from edgekit.core.errors import BadInput, ConversionFailed
+from edgekit.core.inspection import Inspection
 from edgekit.core.quiet import captured, private_dir
 from edgekit.core.signature import Signature
 from edgekit.targets import by_format
@@ -25,18 +26,19 @@ from edgekit.targets.inspection import inspect_artifact
 
 
 def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, timeout: float = 900,
-                 inspect: bool = False, inspection: dict | None = None) -> tuple[list[np.ndarray], dict | None]:
+                 inspect: bool = False, inspection: Inspection | None = None
+                 ) -> tuple[list[np.ndarray], Inspection | None]:
     """Run `artifact` on stacked `inputs` (leading sample axis) in its runtime's worker process.
 
     Returns one stacked array per output and, with `inspect`, the artifact's inspection (see
-    edgekit.targets.inspection) as JSON: `inspection` when given, else made in this process. Its runtime
+    edgekit.targets.inspection): `inspection` when given, else made in this process. Its runtime
     needs decide the worker: the format's runtime plus only the libraries the artifact declares. A crash
     or error in the runtime becomes a ConversionFailed naming the runtime and quoting its last words; the
     worker is started again for the next artifact.
     """
     require(by_format(artifact.format).extra, f"running a .{artifact.format} artifact")
     found = inspection if inspection is not None else _inspection(artifact)
-    needed = tuple(sorted({m for need in (found or {}).get("runtime_needs", ()) for m in need["modules"]}))
+    needed = tuple(sorted({m for need in (found.needs if found else ()) for m in need.modules}))
     with _job_dir() as tmp:
         sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "out.npz"))
         _write_job(artifact.signature, inputs, sig_path, in_path)
@@ -46,15 +48,15 @@ def run_isolated(artifact: ModelArtifact, inputs: dict[str, np.ndarray], *, time
             outputs = [data[f"output_{j}"] for j in range(len(data.files))]
     if inspect and found is None:  # the runtime ran a file its reader could not read: the reader's error
         with captured():
-            found = inspect_artifact(artifact.format, str(artifact.path)).to_json()
+            found = inspect_artifact(artifact.format, str(artifact.path))
     return outputs, found if inspect else None
 
 
-_INSPECTED: dict[tuple, dict] = {}
+_INSPECTED: dict[tuple, Inspection] = {}
 
 
-def _inspection(artifact: ModelArtifact) -> dict | None:
-    """The inspection (as JSON) of an artifact edgekit built, made in this process and kept while the file is
+def _inspection(artifact: ModelArtifact) -> Inspection | None:
+    """The inspection of an artifact edgekit built, made in this process and kept while the file is
     unchanged: what it needs from its runtime decides the worker that runs it. A given file, which may be
     damaged, is inspected in a child first (`inspect_isolated`) and its inspection passed to run_isolated."""
     st = os.stat(artifact.path)
@@ -62,7 +64,7 @@ def _inspection(artifact: ModelArtifact) -> dict | None:
     if key not in _INSPECTED:
         try:
             with captured():
-                _INSPECTED[key] = inspect_artifact(artifact.format, str(artifact.path)).to_json()
+                _INSPECTED[key] = inspect_artifact(artifact.format, str(artifact.path))
         except Exception:  # noqa: BLE001 - a file its reader cannot read declares nothing: the runtime says what is wrong
             return None
     return _INSPECTED[key]
@@ -169,8 +171,8 @@ def trace_layers_isolated(fmt: str, float_path: str, quant_path: str, signature:
             return json.load(f)
 
 
-def inspect_isolated(fmt: str, path: str, *, timeout: float = 900) -> dict:
-    """The inspection (edgekit.targets.inspection, as JSON) of an artifact that may be damaged or hostile, made
+def inspect_isolated(fmt: str, path: str, *, timeout: float = 900) -> Inspection:
+    """The inspection (edgekit.targets.inspection) of an artifact that may be damaged or hostile, made
     in a child process: a file the reader cannot make sense of is a BadInput naming it, a native crash or
     hang of the reader a ConversionFailed naming the runtime."""
     require(by_format(fmt).extra, f"inspecting a .{fmt} artifact")
@@ -181,7 +183,7 @@ def inspect_isolated(fmt: str, path: str, *, timeout: float = 900) -> dict:
             doc = json.load(f)
     if "error" in doc:
         raise BadInput(doc["error"]["message"], fix=doc["error"]["fix"])
-    return doc["inspection"]
+    return Inspection.from_json(doc["inspection"])
 
 
 def latency_isolated(fmt: str, path: str, threads: tuple[int, ...], *, inputs: str | None = None,

@@ -117,9 +117,8 @@ class TargetJob:
             started = time.perf_counter()
             artifact = first if index == 0 and first is not None else self._route(target, route, tmp / f"step{index}", spec)
             outputs, inspection = self._run(artifact, held_out)
-            floats = sum(n for dtype, n in inspection["weight_bytes_by_dtype"].items() if dtype.startswith(("float", "bfloat")))
-            return Measurement(spec, artifact, compare(held_ref, outputs, {}).metrics, inspection["int8_weight_share"],
-                               artifact.bytes, floats, time.perf_counter() - started, only_near_ties(held_ref, outputs))
+            return Measurement(spec, artifact, compare(held_ref, outputs, {}).metrics, inspection.int8_weight_share,
+                               artifact.bytes, inspection.float_weight_bytes, time.perf_counter() - started, only_near_ties(held_ref, outputs))
 
         reference: list[str] = []  # the fp32 artifact the rankings compare with, converted once
 

@@ -26,6 +26,7 @@ from edgekit.calibration.sources import load_calibration
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import BadInput, ConversionFailed, reading
 from edgekit.core.formats import artifact_files, detect, split_name
+from edgekit.core.inspection import Inspection
 from edgekit.core.quiet import captured
 from edgekit.core.results import ArtifactResult, ConvertResult
 from edgekit.core.verify import THRESHOLDS, compare
@@ -38,7 +39,7 @@ from edgekit.engine.search import SEARCH_FRACTION
 from edgekit.engine.sizes import verify_second_size
 from edgekit.sources.loading import Source, SourceOptions, open_source
 from edgekit.targets import TARGETS, by_format
-from edgekit.targets.inspection import inspect_artifact, precision_from_inspection
+from edgekit.targets.inspection import inspect_artifact
 
 RANDOM_SAMPLES = 16
 
@@ -194,7 +195,7 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
                            fix="give .tflite, .pte, .ptl, .onnx or .ort files")
         with reading(p, f"the .{fmt} artifact"), captured():
             files = artifact_files(fmt, p)  # first: it refuses external data outside the artifact's folder
-            given.append((p, fmt, files, inspect_artifact(fmt, str(p)).to_json()))
+            given.append((p, fmt, files, inspect_artifact(fmt, str(p))))
     results = []
     with run_folder(Path(req.out_dir)):  # the runtimes' temporary files too stay inside --out
         start_workers({fmt for _, fmt, _, _ in given})
@@ -206,7 +207,7 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
     return ConvertResult(source, source.sha256 if source.files else None, tuple(results), prepared.warnings)
 
 
-def _verify_given(p, fmt: str, files, inspection: dict, source: Source, samples, reference, thresholds_for,
+def _verify_given(p, fmt: str, files, inspection: Inspection, source: Source, samples, reference, thresholds_for,
                   say: Progress, kinds: dict) -> ArtifactResult:
     target = by_format(fmt)
     artifact = ModelArtifact(fmt, str(p), source.artifact.signature, files=files, meta=ArtifactMeta(route=("given",), seconds=0.0))
@@ -216,8 +217,7 @@ def _verify_given(p, fmt: str, files, inspection: dict, source: Source, samples,
     except ConversionFailed as e:  # nothing was converted: the file given is what cannot be run
         raise BadInput(f"{p}: {e.message}", fix="the file is damaged or not a valid artifact; "
                                                "give the file as the converter wrote it") from None
-    precision = split_name(Path(p))[1] or precision_from_inspection(inspection["weight_bytes_by_dtype"],
-                                                                    inspection["int8_weight_share"])
+    precision = split_name(Path(p))[1] or inspection.precision
     thresholds = {**THRESHOLDS.get(precision, {}), **(thresholds_for(precision) if thresholds_for else {})}
     verdict = compare(reference, outputs, thresholds, samples.labels, inspection, kinds)
     verdict = verify_second_size(source, artifact, verdict, samples, reference, thresholds,

@@ -29,7 +29,7 @@ from edgekit.core.signature import Signature
 from edgekit.core.verify import Status, Verdict, compare
 from edgekit.engine.isolation import run_isolated
 from edgekit.sources.loading import Source
-from edgekit.targets.inspection import shape_text
+from edgekit.core.inspection import shape_text
 
 MAX_STEP = 32
 
@@ -90,7 +90,7 @@ def verify_second_size(source: Source, artifact: ModelArtifact, verdict: Verdict
                        reference: list, thresholds: dict, say: Callable[[str], None] = lambda _msg: None) -> Verdict:
     """`verdict` (of `artifact` at the signature's shape) with the artifact verified at a second size of
     its dynamic dimensions too: `second_size` in the verdict, its failure among the reasons."""
-    dims, notes = dynamic_dims(artifact.signature, (verdict.inspection or {}).get("io_shapes"))
+    dims, notes = dynamic_dims(artifact.signature, verdict.inspection and verdict.inspection.io_shapes)
     if not dims:
         return replace(verdict, notes=verdict.notes + tuple(notes))
     batch, other = [d for d in dims if d.batch], [d for d in dims if not d.batch]

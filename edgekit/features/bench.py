@@ -31,7 +31,8 @@ from edgekit.core.formats import split_name
 from edgekit.features.report import build_report
 from edgekit.features.report.build import ARTIFACT_FORMATS
 from edgekit.targets import by_format
-from edgekit.targets.inspection import Inspection, inspect_artifact
+from edgekit.core.inspection import Inspection
+from edgekit.targets.inspection import inspect_artifact
 
 SCHEMA = "edgekit.bench/1"
 LABEL = "host CPU latency"

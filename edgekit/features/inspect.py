@@ -15,9 +15,9 @@ from pathlib import Path
 
 from edgekit.core.errors import BadInput, ConversionFailed, reading
 from edgekit.core.formats import artifact_files, detect, split_name
+from edgekit.core.inspection import Inspection
 from edgekit.engine.isolation import inspect_isolated
 from edgekit.targets import TARGETS
-from edgekit.targets.inspection import precision_from_inspection
 
 SCHEMA = "edgekit.inspect/1"
 ARTIFACT_FORMATS = tuple(t.format for t in TARGETS.values())
@@ -32,7 +32,7 @@ class Inspected:
     precision: str
     precision_source: str  # "name" or "inspection"
     files: tuple[tuple[str, int], ...]
-    inspection: dict  # edgekit.targets.inspection.Inspection.to_json()
+    inspection: Inspection
 
     @property
     def bytes(self) -> int:
@@ -43,7 +43,7 @@ class Inspected:
         """One entry of the `edgekit inspect --json` document: the fields, the total bytes, files as {path, bytes}."""
         return {"path": self.path, "format": self.format, "precision": self.precision,
                 "precision_source": self.precision_source, "bytes": self.bytes,
-                "files": [{"path": p, "bytes": n} for p, n in self.files], "inspection": self.inspection}
+                "files": [{"path": p, "bytes": n} for p, n in self.files], "inspection": self.inspection.to_json()}
 
 
 def inspect_files(paths) -> list[Inspected]:
@@ -65,7 +65,7 @@ def inspect_files(paths) -> list[Inspected]:
             raise BadInput(f"{p}: {e.message}", fix="the file is damaged or not a valid artifact; "
                                                    "give the file as the converter wrote it") from None
         named = split_name(p)[1]
-        precision = named or precision_from_inspection(inspection["weight_bytes_by_dtype"], inspection["int8_weight_share"])
+        precision = named or inspection.precision
         out.append(Inspected(str(p), fmt, precision, "name" if named else "inspection", files, inspection))
     return out
 

@@ -16,7 +16,8 @@ import os
 import re
 import tempfile
 
-from edgekit.targets.inspection import INT8_FAMILY, Inspection, OpInfo, build, io_entry
+from edgekit.core.inspection import INT8_FAMILY, Inspection, OpInfo
+from edgekit.targets.inspection import build, io_entry
 
 DATA_OPS = frozenset({
     "aten::view_copy", "aten::permute_copy", "aten::clone", "aten::squeeze_copy", "aten::unsqueeze_copy",

@@ -15,7 +15,8 @@ import math
 import numpy as np
 
 from edgekit.core.formats import onnx_dims
-from edgekit.targets.inspection import Inspection, OpInfo, build, io_entry
+from edgekit.core.inspection import Inspection, OpInfo
+from edgekit.targets.inspection import build, io_entry
 
 DATA_OPS = frozenset({
     "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Split",

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import BadInput
-from edgekit.targets.inspection import Inspection, build, io_entry
+from edgekit.core.inspection import Inspection
+from edgekit.targets.inspection import build, io_entry
 from edgekit.targets.onnx.inspect import _dtype, op_modes, quantization_params, tensor_bytes, type_quantize_outputs
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import collections
 
-from edgekit.targets.inspection import Inspection, OpInfo, build, io_entry
+from edgekit.core.inspection import Inspection, OpInfo
+from edgekit.targets.inspection import build, io_entry
 
 # Data movement and (de)quantization: not counted as compute ops.
 DATA_OPS = frozenset({

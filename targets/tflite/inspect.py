@@ -7,7 +7,8 @@ import hashlib
 
 import numpy as np
 
-from edgekit.targets.inspection import INT8_FAMILY, Inspection, OpInfo, build, io_entry
+from edgekit.core.inspection import INT8_FAMILY, Inspection, OpInfo
+from edgekit.targets.inspection import build, io_entry
 
 # Data movement and (de)quantization: not counted as compute ops.
 DATA_OPS = frozenset({

@@ -26,9 +26,10 @@ from pathlib import Path
 
 from edgekit.core.errors import BadInput, reading
 from edgekit.core.formats import NAME_PRECISIONS, artifact_files, detect, split_name
+from edgekit.core.inspection import duplicate_text, need_text
 from edgekit.core.quiet import captured
 from edgekit.targets import TARGETS
-from edgekit.targets.inspection import duplicate_text, inspect_artifact, need_text, precision_from_inspection
+from edgekit.targets.inspection import inspect_artifact
 
 ARTIFACT_FORMATS = {t.format: t.extension for t in TARGETS.values()}  # in the targets' order
 SCAN_EXTENSIONS = frozenset(ARTIFACT_FORMATS.values())
@@ -183,7 +184,7 @@ def _measure(path: Path, fmt: str) -> ArtifactSize:
         files = tuple((f, Path(f).stat().st_size) for f in artifact_files(fmt, path))  # refuses data outside
         ins = inspect_artifact(fmt, str(path))
     stem, named = split_name(path)
-    inspected = precision_from_inspection(ins.weight_bytes_by_dtype, ins.int8_weight_share)
+    inspected = ins.precision
     notes = []
     if named is not None:
         precision, source = named, "name"

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgekit.features.report.build import ArtifactSize, Report
-from edgekit.targets.inspection import shape_text, shapes_text
+from edgekit.core.inspection import shape_text, shapes_text
 
 SCHEMA = "edgekit.report/1"
 TOP_OPS = 6  # op types shown in the compact (table, Markdown) views
