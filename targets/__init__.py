@@ -1,80 +1,100 @@
-"""Targets are data, one record per format and the only table of what each format has: its file
-extension, the extra it needs, its CPU runner, inspector, per-layer tracer and latency opener (each a
-"module:name" spec, imported only when used, in the process that uses it)."""
+"""Targets are data, one record per format and the only table of what each format has: its file extension,
+the extra it needs, the runtime a user reads about and the modules its runtime worker imports. What each format
+does lives in its package, edgekit.targets.<name>, which is its TargetBackend: the CPU runner, the inspector,
+the latency opener and the per-layer tracer. Importing a package imports no framework; each tool imports its
+runtime when it is called, in the process that calls it."""
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from edgekit.core.deps import require
 from edgekit.core.errors import BadInput
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from edgekit.core.inspection import Inspection
+    from edgekit.core.signature import Signature
+
+
+class ArtifactRunner(Protocol):
+    """An artifact loaded in its runtime: what the verifier and the runtime worker call."""
+
+    def run(self, feeds: dict[str, "np.ndarray"]) -> list["np.ndarray"]:
+        """The outputs of one sample, in the signature's order."""
+        ...
+
+
+class TargetBackend(Protocol):
+    """What a format's package (edgekit.targets.<name>) provides; the package module itself is the backend.
+    `trace_layers` is None where the format has no per-layer tracer of its own (a .pte's layers are traced by
+    edgekit.engine.pte_layers, which lowers the source again)."""
+
+    Runner: Callable[[str, "Signature"], ArtifactRunner]  # the CPU runner class of an artifact file
+    inspect_file: Callable[[str], "Inspection"]  # what the file holds (edgekit.targets.inspection)
+    open_timed: Callable[..., tuple]  # (call, input specs) for timing (edgekit.targets.latency)
+    trace_layers: Callable[..., tuple] | None  # per-layer drift against the fp32 artifact (edgekit.targets.layers)
+    runtime_only: Callable[[], None] | None  # what a process that only runs artifacts does first, or None
+
 
 @dataclass(frozen=True)
 class Target:
-    """One target format's record (see the module's docstring); its "module:name" specs are strings so that
-    reading the table imports no framework. An empty spec: no such tool here (.pte layers are traced by
-    edgekit.engine.pte_layers)."""
+    """One target format's record (see the module's docstring): reading the table imports nothing."""
 
     name: str
     format: str
     extension: str
-    runner: str  # "module:Class" of the CPU runner used to verify the artifact
     extra: str
     runtime: str  # what a user reads in the report
-    inspector: str = ""  # "module:function" reading the artifact (edgekit.targets.inspection)
-    latency: str = ""  # "module:function" opening the artifact for timing (edgekit.targets.latency)
-    layers: str = ""  # "module:function" tracing per-layer drift against the fp32 artifact (edgekit.targets.layers)
     aliases: tuple[str, ...] = ()
     legacy: bool = False
     modules: tuple[str, ...] = ()  # the runtime the runner imports: a runtime worker imports it as it starts
+
+    @property
+    def backend(self) -> TargetBackend:
+        """The format's package, edgekit.targets.<name> (imported now: no framework comes with it)."""
+        return importlib.import_module(f"edgekit.targets.{self.name}")
 
 
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        Target("tflite", "tflite", ".tflite", "edgekit.targets.tflite.runner:TfliteRunner", "tflite",
-               "LiteRT interpreter (ai_edge_litert)", "edgekit.targets.tflite.inspect:inspect",
-               "edgekit.targets.tflite.latency:open_tflite", "edgekit.targets.tflite.layers:trace",
+        Target("tflite", "tflite", ".tflite", "tflite", "LiteRT interpreter (ai_edge_litert)",
                modules=("ai_edge_litert.interpreter",)),
-        Target("executorch", "pte", ".pte", "edgekit.targets.executorch.runner:PteRunner", "executorch",
-               "ExecuTorch runtime (executorch.runtime)", "edgekit.targets.executorch.inspect:inspect",
-               "edgekit.targets.executorch.latency:open_pte", aliases=("pte",),
+        Target("executorch", "pte", ".pte", "executorch", "ExecuTorch runtime (executorch.runtime)", aliases=("pte",),
                modules=("torch", "executorch.runtime")),
-        Target("ptl", "ptl", ".ptl", "edgekit.targets.ptl.runner:PtlRunner", "torch",
-               "PyTorch Mobile lite interpreter", "edgekit.targets.ptl.inspect:inspect",
-               "edgekit.targets.ptl.latency:open_ptl", legacy=True,
+        Target("ptl", "ptl", ".ptl", "torch", "PyTorch Mobile lite interpreter", legacy=True,
                modules=("torch.jit.mobile",)),
-        Target("onnx", "onnx", ".onnx", "edgekit.targets.onnx.runner:OnnxRunner", "onnx",
-               "ONNX Runtime (CPU)", "edgekit.targets.onnx.inspect:inspect", "edgekit.targets.onnx.latency:open_onnx",
-               "edgekit.targets.onnx.layers:trace", modules=("onnxruntime",)),
-        Target("ort", "ort", ".ort", "edgekit.targets.ort.runner:OrtRunner", "onnx",
-               "ONNX Runtime (CPU), ORT format", "edgekit.targets.ort.inspect:inspect",
-               "edgekit.targets.ort.latency:open_ort", modules=("onnxruntime",)),
+        Target("onnx", "onnx", ".onnx", "onnx", "ONNX Runtime (CPU)", modules=("onnxruntime",)),
+        Target("ort", "ort", ".ort", "onnx", "ONNX Runtime (CPU), ORT format", modules=("onnxruntime",)),
     )
 }
 
 
 def by_format(fmt: str) -> Target:
+    """The target whose artifacts are of format `fmt` (KeyError for none)."""
     for t in TARGETS.values():
         if t.format == fmt:
             return t
     raise KeyError(fmt)
 
 
-def load(spec: str):
-    """The object a "module:name" spec of the table names (imported only now: the frameworks stay out of
-    the command line's start-up)."""
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
+def runtime_only(fmt: str) -> None:
+    """Prepare a process that only runs artifacts of format `fmt` (a runtime worker, a timing child) to import
+    the runtime alone: call before the runtime is imported. A process that converts must not call it."""
+    prepare = by_format(fmt).backend.runtime_only
+    if prepare is not None:
+        prepare()
 
 
 def load_runner(fmt: str, path: str, signature):
     """The CPU runner of format `fmt` for the artifact at `path`, in this process."""
     target = by_format(fmt)
     require(target.extra, f"running a .{fmt} artifact")
-    return load(target.runner)(path, signature)
+    return target.backend.Runner(path, signature)
 
 
 def resolve(name: str) -> Target:

@@ -28,7 +28,7 @@ from typing import Iterable
 
 from edgekit.core.errors import BadInput
 from edgekit.core.inspection import INT8_FAMILY, TOP_TENSORS, Inspection, OpInfo, RuntimeNeed
-from edgekit.targets import by_format, load
+from edgekit.targets import by_format
 
 HEAVY_OPS = re.compile(r"conv|matmul|gemm|fully_?connected|batch_?mat_?mul|addmm|\bmm\b|linear", re.I)
 
@@ -109,6 +109,6 @@ def inspect_artifact(fmt: str, path: str) -> Inspection:
         target = by_format(fmt)
     except KeyError:
         raise BadInput(f"cannot inspect format {fmt!r}", fix="use tflite, onnx, pte, ort or ptl") from None
-    return load(target.inspector)(path)
+    return target.backend.inspect_file(path)
 
 

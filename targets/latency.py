@@ -31,8 +31,7 @@ from typing import Callable
 import numpy as np
 
 from edgekit.core.process import die_with_parent
-from edgekit.targets import by_format, load
-from edgekit.targets.executorch.runner import without_compiler
+from edgekit.targets import by_format, runtime_only
 
 WARMUP_SECONDS = 0.3
 MIN_RUNS = 20
@@ -183,12 +182,11 @@ def measure(job: dict) -> dict:
         with np.load(job["inputs"]) as data:
             inputs = {k: data[k][:1] for k in data.files if k != "labels"}
     shapes = {k: tuple(v) for k, v in (job.get("shapes") or {}).items()}
-    if fmt == "pte":
-        without_compiler()  # the runtime alone, as in the runtime worker: not the compiler's memory
+    runtime_only(fmt)  # as in the runtime worker: the compiler's memory is not the artifact's
     for module in (*by_format(fmt).modules, *job.get("needed", ())):  # the runtime, and what the artifact declares
         importlib.import_module(module)
     runtime_rss = _status_bytes("VmRSS")
-    opener = load(by_format(fmt).latency)
+    opener = by_format(fmt).backend.open_timed
     timings, specs = [], []
     min_seconds, max_seconds = job.get("min_seconds", MIN_SECONDS), job.get("max_seconds", MAX_SECONDS)
     for threads in job["threads"]:

@@ -15,7 +15,7 @@ import numpy as np
 from edgekit.core.drift import rank, to_json
 from edgekit.core.process import die_with_parent
 from edgekit.core.signature import Signature
-from edgekit.targets import by_format, load
+from edgekit.targets import by_format
 
 
 def main(argv: list[str]) -> int:
@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
         sig = Signature.from_json(json.load(f))
     with np.load(in_path) as data:
         inputs = {k: data[k] for k in data.files}
-    traced, sqnr = load(by_format(fmt).layers)(float_path, quant_path, sig, inputs)
+    traced, sqnr = by_format(fmt).backend.trace_layers(float_path, quant_path, sig, inputs)
     with open(out_path, "w") as f:
         json.dump(to_json(rank(traced, sqnr)), f)
     return 0

@@ -29,8 +29,7 @@ import numpy as np
 
 from edgekit.core.process import die_with_parent
 from edgekit.core.signature import Signature
-from edgekit.targets import by_format, load_runner
-from edgekit.targets.executorch.runner import without_compiler
+from edgekit.targets import by_format, load_runner, runtime_only
 
 KEPT = 4  # runners kept loaded
 
@@ -38,8 +37,7 @@ KEPT = 4  # runners kept loaded
 def main(argv: list[str]) -> int:
     die_with_parent()
     fmt, *needed = argv
-    if fmt == "pte":
-        without_compiler()
+    runtime_only(fmt)
     for module in (*by_format(fmt).modules, *needed):  # now, while the parent converts: the first job runs at once
         with contextlib.suppress(ImportError):  # a missing runtime is reported by the first job, with its fix
             importlib.import_module(module)

@@ -22,11 +22,16 @@ says why), and an import whose line says why it stays in its function (`# local:
 from __future__ import annotations
 
 import ast
+import json
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from edgekit.targets import TARGETS
 
 REPO = Path(__file__).resolve().parents[1]
 # Where each installed package's modules are: pyproject.toml's package-dir (edgekit/ and the three top-level folders).
@@ -236,3 +241,19 @@ def test_every_framework_in_the_table_is_imported_somewhere():
                 for top in _top_names(node)}
     unused = sorted(set(FRAMEWORKS) - imported)
     assert unused == [], f"FRAMEWORKS lists packages edgekit no longer imports: {unused}"
+
+
+def test_every_format_package_is_its_backend_and_brings_no_framework():
+    code = ("import json, sys; from edgekit.targets import TARGETS, TargetBackend; "
+            "backends = {n: t.backend for n, t in TARGETS.items()}; "
+            "members = list(TargetBackend.__annotations__); "
+            "print(json.dumps({'missing': {n: [m for m in members if not hasattr(b, m)] for n, b in backends.items()}, "
+            "'tools': {n: sorted(m for m in members if callable(getattr(b, m, None))) for n, b in backends.items()}, "
+            "'frameworks': sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:]))}))")
+    out = subprocess.run([sys.executable, "-c", code, *FRAMEWORKS], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["missing"] == {n: [] for n in TARGETS}
+    assert doc["frameworks"] == []
+    assert doc["tools"]["onnx"] == ["Runner", "inspect_file", "open_timed", "trace_layers"]  # its own tracer
+    assert doc["tools"]["executorch"] == ["Runner", "inspect_file", "open_timed", "runtime_only"]  # runtime alone

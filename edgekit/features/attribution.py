@@ -19,9 +19,12 @@ from edgekit.sources.loading import SourceOptions, open_source
 from edgekit.targets import TARGETS
 from edgekit.targets.inspection import inspect_artifact
 
-# Formats whose targets trace per-layer drift in their runtime, and .pte (its PT2E model is rebuilt and
-# traced in edgekit.engine.pte_layers: the .pte itself runs as one XNNPACK call).
-ATTRIBUTED_FORMATS = (*(t.format for t in TARGETS.values() if t.layers), "pte")
+
+def attributed(fmt: str) -> bool:
+    """Whether artifacts of format `fmt` can be attributed: formats whose backend traces per-layer drift in
+    its runtime, and .pte (its PT2E model is rebuilt and traced in edgekit.engine.pte_layers: the .pte itself
+    runs as one XNNPACK call)."""
+    return fmt == "pte" or any(t.format == fmt and t.backend.trace_layers is not None for t in TARGETS.values())
 
 
 def attribute(artifact_path: str, source: str, *, source_options=None, eval_data: str | None = None,
@@ -36,7 +39,7 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     """
     say = progress or (lambda _msg: None)
     fmt = detect(artifact_path)
-    if fmt not in ATTRIBUTED_FORMATS:
+    if not attributed(fmt):
         raise BadInput(f"per-layer attribution is not available for .{fmt} artifacts",
                        fix=f"attribute the {'.onnx it was made from' if fmt == 'ort' else 'tflite, onnx or pte artifact'}")
     if fmt == "pte":

@@ -1,1 +1,11 @@
-"""The ptl target: its runner, inspector, latency opener (named in edgekit.targets.TARGETS)."""
+"""The ptl target (PyTorch Mobile's .ptl, legacy): this package is its edgekit.targets.TargetBackend. Importing it
+imports no framework; each tool imports its runtime when called."""
+
+from edgekit.targets.ptl.inspect import inspect as inspect_file
+from edgekit.targets.ptl.latency import open_ptl as open_timed
+from edgekit.targets.ptl.runner import PtlRunner as Runner
+
+trace_layers = None  # no per-layer tracer for the legacy format
+runtime_only = None  # its runtime imports nothing it does not need
+
+__all__ = ["Runner", "inspect_file", "open_timed", "runtime_only", "trace_layers"]
