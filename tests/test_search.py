@@ -11,6 +11,7 @@ import pytest
 from edgekit.core.errors import BadInput
 from edgekit.core.quant import LayerOverride, QuantSpec, parse_overrides
 from edgekit.core.budgets import Budget, parse_budgets
+from edgekit.core.search_record import SearchRecord
 from edgekit.engine.search import Measurement, Search, StopReason
 from edgekit.core.verify import only_near_ties
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, run_cli
@@ -70,13 +71,14 @@ def test_the_search_keeps_only_layers_that_help_and_says_why_it_stopped():
     measure, calls = _measure({"a": 0.05, "b": -0.01, "c": 0.0, "d": 0.06})
     ranked = [_Layer("input x", 9), _Layer("a", 8), _Layer("b", 6), _Layer("c", 5), _Layer("d", 4), _Layer("e", 0.1)]
     best, record = Search((Budget("cosine", 0.99),), ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked)
-    assert [k["layer"] for k in record.kept] == ["a", "d"]  # b made it worse, c changed nothing: undone
+    assert [k.layer for k in record.kept] == ["a", "d"]  # b made it worse, c changed nothing: undone
     assert record.stopped is StopReason.MET and record.conversions == 5  # full int8, a, b, c, d; e is not a candidate
     assert record.rankings == 2  # once on full int8, again after a was kept
-    assert record.kept[0]["contribution"]["cosine"] == pytest.approx(0.05)
+    assert record.kept[0].contribution["cosine"] == pytest.approx(0.05)
     assert record.steps[2].note == "undone: no progress on cosine 0.95 → 0.94"
     assert record.steps[3].note == "undone: no progress on cosine 0.95 → 0.95"
-    assert best.spec.overrides == (LayerOverride("a", "float"), LayerOverride("d", "float"))
+    assert best.spec.overrides == (LayerOverride("a", "float"), LayerOverride("d", "float")) == record.overrides
+    assert SearchRecord.from_json(json.loads(json.dumps(record.to_json()))) == record  # as the cache restores it
 
 
 def test_the_search_tries_the_cheaper_fallback_first_and_respects_the_floor_and_the_step_limit():
@@ -103,7 +105,7 @@ def test_a_step_must_show_progress_beyond_top1_agreement():
     ranked = [_Layer("a", 8), _Layer("b", 7)]
     for budgets in [(Budget("cosine", 0.99), Budget("top1_agreement", 0.98)), (Budget("top1_agreement", 0.98),)]:
         _best, record = Search(budgets, ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked)
-        assert [k["layer"] for k in record.kept] == ["b"], budgets
+        assert [k.layer for k in record.kept] == ["b"], budgets
         assert record.steps[1].note.startswith(("undone: no progress on cosine", "undone: no progress on the output"))
 
 
@@ -114,7 +116,7 @@ def test_a_large_move_of_a_met_cosine_counts_toward_a_missed_top1():
 
     _best, record = Search((Budget("cosine", 0.99), Budget("top1_agreement", 0.98)), ("float",)).run(
         QuantSpec("int8"), measure, lambda m: [_Layer("a", 8)])
-    assert [k["layer"] for k in record.kept] == ["a"] and record.stopped is StopReason.EXHAUSTED
+    assert [k.layer for k in record.kept] == ["a"] and record.stopped is StopReason.EXHAUSTED
 
 
 def test_bias_correction_is_tried_first_and_kept_only_when_it_helps():
@@ -137,7 +139,7 @@ def test_bias_correction_is_tried_first_and_kept_only_when_it_helps():
     best, record = Search((Budget("cosine", 0.99),), ("float",), passes=("bias_correction",)).run(
         QuantSpec("int8"), hurts, lambda m: [_Layer("a", 8)])
     assert record.steps[1].note.startswith("undone") and not best.spec.bias_correction
-    assert [k["layer"] for k in record.kept] == ["a"] and record.contributions["bias_correction"] is None
+    assert [k.layer for k in record.kept] == ["a"] and record.contributions["bias_correction"] is None
 
 
 def test_smooth_quant_comes_first_then_bias_correction_each_kept_on_its_own_merit():
@@ -149,7 +151,7 @@ def test_smooth_quant_comes_first_then_bias_correction_each_kept_on_its_own_meri
         QuantSpec("int8"), measure, lambda m: [_Layer("a", 8)])
     assert [(s.change, s.accepted) for s in record.steps] == [
         (None, True), ("smooth_quant", True), ("bias_correction", False), ("layer", True)]
-    assert best.spec.smooth_quant and not best.spec.bias_correction and [k["layer"] for k in record.kept] == ["a"]
+    assert best.spec.smooth_quant and not best.spec.bias_correction and [k.layer for k in record.kept] == ["a"]
     assert record.passes["smooth_quant"] and record.contributions["smooth_quant"]["cosine"] == pytest.approx(0.005)
     assert record.passes["bias_correction"] is False and record.contributions["bias_correction"] is None
     assert record.stopped is StopReason.MET and "SmoothQuant" in record.why

@@ -219,9 +219,9 @@ def _render_search(search, console: Console) -> None:
                       f"[green]{row.note}[/green]" if row.accepted else f"[dim]{row.note}[/dim]")
     console.print(table)
     for k in search.kept:
-        gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
-        size = f"+{_size(k['bytes'])}" if k["bytes"] >= 0 else f"-{_size(-k['bytes'])}"
-        console.print(f"    kept back: {k['layer']} at {k['precision']} ({size}; {gains})")
+        gains = ", ".join(f"{m} {d:+.4g}" for m, d in k.contribution.items() if d is not None)
+        size = f"+{_size(k.bytes)}" if k.bytes >= 0 else f"-{_size(-k.bytes)}"
+        console.print(f"    kept back: {k.layer} at {k.precision} ({size}; {gains})")
     for name, label in PASSES.items():
         if search.contributions.get(name):
             gains = ", ".join(f"{m} {d:+.4g}" for m, d in search.contributions[name].items() if d is not None)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Mapping
 
-from edgekit.core.quant import PASSES
+from edgekit.core.quant import PASSES, LayerOverride
 
 
 class StopReason(StrEnum):
@@ -19,6 +19,29 @@ class StopReason(StrEnum):
     NO_FALLBACK = "no-fallback"  # the backend cannot keep single layers back
     STEPS = "steps"  # the step limit was reached
     EXHAUSTED = "exhausted"  # no ranked layer is left to keep back
+
+
+@dataclass(frozen=True)
+class KeptLayer:
+    """A layer the search kept back, and what that did: its bytes and float weight bytes added and the change of
+    each budget metric (None where a metric has no value), at the step that kept it."""
+
+    layer: str
+    precision: str  # the fallback it was kept at (LayerOverride.precision)
+    step: int
+    bytes: int
+    float_weight_bytes: int
+    contribution: Mapping[str, float | None]
+
+    def to_json(self) -> dict:
+        """The fields by name."""
+        return {"layer": self.layer, "precision": self.precision, "step": self.step, "bytes": self.bytes,
+                "float_weight_bytes": self.float_weight_bytes, "contribution": dict(self.contribution)}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "KeptLayer":
+        """Inverse of `to_json`."""
+        return cls(d["layer"], d["precision"], d["step"], d["bytes"], d["float_weight_bytes"], dict(d["contribution"]))
 
 
 @dataclass(frozen=True)
@@ -71,8 +94,8 @@ class SearchRecord:
     values: Mapping[str, float | None]  # the budget metrics of the model kept
     int8_share: float
     bytes: int
-    overrides: tuple[Mapping, ...]  # the layers kept back, as the QuantSpec's overrides
-    kept: tuple[Mapping, ...]  # each kept layer: layer, precision, step, bytes, float_weight_bytes, contribution
+    overrides: tuple[LayerOverride, ...]  # the layers kept back, as the QuantSpec of the model kept has them
+    kept: tuple[KeptLayer, ...]  # the layers the search itself kept back, in the order it kept them
     steps: tuple[SearchStep, ...]
     passes: Mapping[str, bool] = field(default_factory=dict)  # PASSES name → on in the model kept
     contributions: Mapping[str, Mapping | None] = field(default_factory=dict)  # PASSES name → its metric gains
@@ -87,8 +110,8 @@ class SearchRecord:
         out = {"budgets": dict(self.budgets), "stopped": self.stopped, "why": self.why, "conversions": self.conversions,
                "seconds": self.seconds, "rankings": self.rankings, "ranking_seconds": self.ranking_seconds,
                "min_int8_share": self.min_int8_share, "max_steps": self.max_steps, "values": dict(self.values),
-               "int8_share": self.int8_share, "bytes": self.bytes, "overrides": list(self.overrides),
-               "kept": list(self.kept), "steps": [s.to_json() for s in self.steps]}
+               "int8_share": self.int8_share, "bytes": self.bytes, "overrides": [o.to_json() for o in self.overrides],
+               "kept": [k.to_json() for k in self.kept], "steps": [s.to_json() for s in self.steps]}
         for name in PASSES:
             out[name] = self.passes.get(name, False)
             out[f"{name}_contribution"] = self.contributions.get(name)
@@ -102,7 +125,7 @@ class SearchRecord:
     def from_json(cls, d: Mapping) -> "SearchRecord":
         """Inverse of `to_json`; a pass missing from `d` reads as off, with no contribution."""
         plain = {f.name for f in fields(cls)} - {"steps", "passes", "contributions", "overrides", "kept"}
-        return cls(**{k: v for k, v in d.items() if k in plain}, overrides=tuple(d.get("overrides", ())),
-                   kept=tuple(d.get("kept", ())), steps=tuple(SearchStep.from_json(s) for s in d.get("steps", ())),
+        return cls(**{k: v for k, v in d.items() if k in plain}, overrides=tuple(LayerOverride(o["layer"], o["precision"]) for o in d.get("overrides", ())),
+                   kept=tuple(KeptLayer.from_json(k) for k in d.get("kept", ())), steps=tuple(SearchStep.from_json(s) for s in d.get("steps", ())),
                    passes={p: d.get(p, False) for p in PASSES},
                    contributions={p: d.get(f"{p}_contribution") for p in PASSES})

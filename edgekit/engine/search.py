@@ -35,7 +35,7 @@ from typing import Callable
 from edgekit.core.budgets import Budget
 from edgekit.core.errors import BadInput
 from edgekit.core.quant import PASSES, QuantSpec
-from edgekit.core.search_record import SearchRecord, SearchStep, StopReason
+from edgekit.core.search_record import KeptLayer, SearchRecord, SearchStep, StopReason
 from edgekit.core.verify import NEAR_TIE
 
 SEARCH_FRACTION = 0.5  # of the calibration samples held out for the search to measure on
@@ -77,7 +77,7 @@ class Search:
     say: Callable[[str], None] = lambda _msg: None
     passes: tuple[str, ...] = ()  # whole-model QuantSpec flags (PASSES) to try before any layer is kept back
     steps: list = field(default_factory=list)
-    kept: list = field(default_factory=list)
+    kept: list[KeptLayer] = field(default_factory=list)
     floor_hit: bool = False  # a step was undone because it left less than min_int8_share in int8
 
     def values(self, m: Measurement) -> dict:
@@ -147,7 +147,7 @@ class Search:
             {b.metric: b.limit for b in self.budgets}, stopped, self._why(stopped, best), self.conversions,
             round(time.perf_counter() - started, 3), self.rankings, round(self.ranking_seconds, 3), self.min_int8_share,
             self.max_steps, self.values(best), round(best.int8_share, 6), best.bytes,
-            tuple(o.to_json() for o in best.spec.overrides), tuple(self.kept), tuple(self.steps),
+            best.spec.overrides, tuple(self.kept), tuple(self.steps),
             {name: getattr(best.spec, name) for name in PASSES}, {name: contributions.get(name) for name in PASSES})
 
     def _try_pass(self, best: Measurement, measure, name: str) -> tuple[Measurement, dict | None]:
@@ -206,12 +206,10 @@ class Search:
                 if undone:
                     self._record(len(self.steps), layer, precision, trial, False, f"undone: {undone}")
                     continue
-                self.kept.append({
-                    "layer": layer, "precision": precision, "step": len(self.steps),
-                    "bytes": trial.bytes - self._best.bytes,
-                    "float_weight_bytes": trial.float_weight_bytes - self._best.float_weight_bytes,
-                    "contribution": {k: _delta(v, self.values(self._best).get(k)) for k, v in self.values(trial).items()},
-                })
+                self.kept.append(KeptLayer(
+                    layer, precision, len(self.steps), trial.bytes - self._best.bytes,
+                    trial.float_weight_bytes - self._best.float_weight_bytes,
+                    {k: _delta(v, self.values(self._best).get(k)) for k, v in self.values(trial).items()}))
                 self._record(len(self.steps), layer, precision, trial, True, "kept")
                 self._best = trial
                 if self.gap(trial) == 0:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from edgekit.core.quant import LayerOverride
+from edgekit.core.search_record import SearchRecord
 from edgekit.core.verify import Status
 
 
@@ -28,10 +30,10 @@ class Case:
     budget: dict = field(default_factory=dict)
     layers: tuple = ()  # LayerDrift, the layer losing the most first (int8 only)
     layers_note: str | None = None  # why there is no attribution, when one was asked for
-    overrides: tuple = ()  # the layers kept back from int8 ({"layer", "precision"})
+    overrides: tuple[LayerOverride, ...] = ()  # the layers kept back from int8
     bias_correction: bool = False  # whether the int8 model's biases were corrected
     smooth_quant: bool = False  # whether its linears were smoothed
-    search: dict | None = None  # the accuracy-aware search's record, when the case searched
+    search: SearchRecord | None = None  # the accuracy-aware search's record, when the case searched
     latency: dict | None = None  # host CPU latency at 1 thread, when the model has a latency budget
 
     @property
@@ -43,5 +45,5 @@ class Case:
         """What the baseline keeps of the case: only the first output's metrics, plus what seeds a later search."""
         return {"bytes": self.bytes, "metrics": self.metrics.get("output_0", {}),
                 "task_accuracy": self.task_accuracy, "sha256": self.hashes, "tool_versions": self.tool_versions,
-                "overrides": list(self.overrides), "bias_correction": self.bias_correction,
+                "overrides": [o.to_json() for o in self.overrides], "bias_correction": self.bias_correction,
                 "smooth_quant": self.smooth_quant}

@@ -19,8 +19,9 @@ def to_json(cases: list[Case]) -> dict:
                        "reasons": list(c.reasons), "bytes": c.bytes, "path": c.path, "metrics": c.metrics,
                        "task_accuracy": c.task_accuracy, "sha256": c.hashes, "tool_versions": c.tool_versions,
                        "changes": list(c.changes), "layers": [d.to_json() for d in c.layers],
-                       "layers_note": c.layers_note, "overrides": list(c.overrides),
-                       "bias_correction": c.bias_correction, "smooth_quant": c.smooth_quant, "search": c.search,
+                       "layers_note": c.layers_note, "overrides": [o.to_json() for o in c.overrides],
+                       "bias_correction": c.bias_correction, "smooth_quant": c.smooth_quant,
+                       "search": c.search.to_json() if c.search else None,
                        **({"latency": c.latency} if c.latency is not None else {})}
                       for c in cases]}
 
@@ -46,10 +47,10 @@ def _search_lines(c: Case) -> list[str]:
     if not c.search:
         return []
     s = c.search
-    lines = [f"search: {s['why']} ({s['conversions']} conversions, {s['seconds']:.1f} s; int8 share {s['int8_share']:.3f})"]
-    for k in s["kept"]:
-        gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
-        lines.append(f"kept back: {k['layer']} at {k['precision']} ({k['bytes']:+d} bytes; {gains})")
+    lines = [f"search: {s.why} ({s.conversions} conversions, {s.seconds:.1f} s; int8 share {s.int8_share:.3f})"]
+    for k in s.kept:
+        gains = ", ".join(f"{m} {d:+.4g}" for m, d in k.contribution.items() if d is not None)
+        lines.append(f"kept back: {k.layer} at {k.precision} ({k.bytes:+d} bytes; {gains})")
     for name, label in PASSES.items():
         if s.get(f"{name}_contribution"):
             gains = ", ".join(f"{m} {d:+.4g}" for m, d in s[f"{name}_contribution"].items() if d is not None)
@@ -80,12 +81,12 @@ def to_markdown(cases: list[Case]) -> str:
 def _search_markdown(c: Case) -> str:
     s = c.search
     rows = ["| layer kept back | at | bytes | contribution |", "|---|---|---:|---|"]
-    for k in s["kept"]:
-        gains = ", ".join(f"{m} {d:+.4g}" for m, d in k["contribution"].items() if d is not None)
-        rows.append(f"| `{k['layer']}` | {k['precision']} | {k['bytes']:+,} | {gains} |")
-    table = "\n" + "\n".join(rows) + "\n" if s["kept"] else ""
-    return (f"\n#### Accuracy-aware int8: {c.name}\n{s['why']} — {s['conversions']} conversions, {s['seconds']:.1f} s, "
-            f"{s['int8_share'] * 100:.1f}% of weight bytes int8\n{table}")
+    for k in s.kept:
+        gains = ", ".join(f"{m} {d:+.4g}" for m, d in k.contribution.items() if d is not None)
+        rows.append(f"| `{k.layer}` | {k.precision} | {k.bytes:+,} | {gains} |")
+    table = "\n" + "\n".join(rows) + "\n" if s.kept else ""
+    return (f"\n#### Accuracy-aware int8: {c.name}\n{s.why} — {s.conversions} conversions, {s.seconds:.1f} s, "
+            f"{s.int8_share * 100:.1f}% of weight bytes int8\n{table}")
 
 
 def _layers_markdown(c: Case) -> str:

@@ -195,8 +195,7 @@ def _judge(m: ModelCheck, r, result, precision: str) -> Case:
     spec = meta.quantization
     return Case(m.name, r.target, precision, Status.FAIL if reasons else Status.PASS, tuple(reasons),
                 r.bytes, r.verdict.metrics, acc, r.artifact.path, meta.seconds or 0.0, hashes, dict(meta.tool_versions),
-                budget=budget, overrides=tuple(o.to_json() for o in spec.overrides) if spec else (),
-                search=meta.search.to_json() if meta.search else None, **{p: bool(spec and getattr(spec, p)) for p in PASSES})
+                budget=budget, overrides=spec.overrides if spec else (), search=meta.search, **{p: bool(spec and getattr(spec, p)) for p in PASSES})
 
 
 def _timed(models: tuple[ModelCheck, ...], cases: list[Case], progress=None) -> list[Case]:
