@@ -27,6 +27,7 @@ from edgekit.core.cpu import int8_products_saturate
 from edgekit.calibration.methods import mixed_scale
 from edgekit.converters.onnx_score_heads import score_head_nodes, stem_activations
 from edgekit.core.errors import ConversionFailed, first_line
+from edgekit.core.drift import keras_layer
 from edgekit.core.formats import onnx_dims, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.core.quant import Capabilities, unknown_layers
@@ -147,8 +148,9 @@ class OnnxQuantize(Converter):
 
 
 def layer_nodes(model: Path, layers: tuple[str, ...]) -> dict[str, list]:
-    """The nodes of each named layer, named as `edgekit layers` names them (the module path the
-    exporter recorded, else the module of the node's weight, else the node's name)."""
+    """The nodes of each named layer, named as `edgekit layers` names them: the module path the exporter
+    recorded, else the module of the node's weight, else the node's name — or, for a model converted from
+    TensorFlow, the Keras layer whose scope the node's name is in (`.../conv2_1/BiasAdd` is in conv2)."""
     import onnx
 
     if not layers:
@@ -157,7 +159,11 @@ def layer_nodes(model: Path, layers: tuple[str, ...]) -> dict[str, list]:
     weights = {i.name for i in graph.initializer}
     by_layer: dict[str, list] = {}
     for node in graph.node:
-        by_layer.setdefault(layer_name(node, [i for i in node.input if i in weights]), []).append(node)
+        name = layer_name(node, [i for i in node.input if i in weights])
+        by_layer.setdefault(name, []).append(node)
+        scope = keras_layer(name, set(layers) - {name})
+        if scope:
+            by_layer.setdefault(scope, []).append(node)
     missing = [layer for layer in layers if layer not in by_layer]
     if missing:
         raise unknown_layers(missing, set(by_layer), "the model")

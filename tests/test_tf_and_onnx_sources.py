@@ -50,6 +50,20 @@ def test_keras_int8_io_tflite(tmp_path):
     assert r.verdict.inspection.io_dtypes == {"inputs": ["int8"], "outputs": ["int8"]}
 
 
+def test_a_keras_layer_is_kept_back_on_onnx_by_the_name_edgekit_layers_shows(tmp_path):
+    """tf2onnx names nodes by TensorFlow scope (`.../conv2_1/BiasAdd`); `edgekit layers` and the search name
+    them by Keras layer (conv2): --keep takes that name on the ONNX route too, and the conv then runs float."""
+    proc = run_cli("convert", KERAS, "-t", "onnx", "--int8", "--calib", KERAS_CALIB, "--eval", KERAS_EVAL,
+                   "--keep", "conv2", "--json", "--no-cache", "-o", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (a,) = json.loads(proc.stdout)["artifacts"]
+    assert a["quantization"]["overrides"] == [{"layer": "conv2", "precision": "float"}]
+    inspection = a["verification"]["inspection"]
+    # conv1, fc1 and logits stay int8; conv2 reads a dequantized input into a float kernel (its weight is float)
+    assert inspection["ops_by_mode"] == {"int8": 3, "qdq_float": 1, "float": 2}, inspection["float_ops"]
+    assert "Conv ×1 (qdq_float)" in inspection["float_ops"]
+
+
 def test_savedmodel_directory_as_source(tmp_path):
     import keras
     import tensorflow as tf

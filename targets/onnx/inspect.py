@@ -16,7 +16,7 @@ import numpy as np
 
 from edgekit.core.formats import onnx_dims
 from edgekit.core.inspection import Inspection, OpInfo
-from edgekit.targets.inspection import build, io_entry
+from edgekit.targets.inspection import HEAVY_OPS, build, io_entry
 
 DATA_OPS = frozenset({
     "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Split",
@@ -117,6 +117,7 @@ def op_modes(nodes, consts, elem: dict, qparams: set[str]) -> tuple[list[OpInfo]
 
     q8 = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT4, TensorProto.UINT4}
     q16 = {TensorProto.INT16, TensorProto.UINT16}
+    floats = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
     producer = {o: n for n in nodes for o in n.output}
     consumers = collections.defaultdict(list)
     for n in nodes:
@@ -132,7 +133,7 @@ def op_modes(nodes, consts, elem: dict, qparams: set[str]) -> tuple[list[OpInfo]
             dq = n.input[0] in producer and producer[n.input[0]].op_type == "DynamicQuantizeLinear"
             ops.append(OpInfo(n.op_type, "dynamic" if n.op_type in DYNAMIC_OPS or dq else "int8", where))
             continue
-        act_q, act_f, act_int, weight_q = [], [], [], False
+        act_q, act_f, act_int, weight_q, weight_f = [], [], [], False, False
         roles = _input_names(n.op_type, n.domain)
         for k, x in enumerate(n.input):
             if not x or x in qparams or (k < len(roles) and _is_qparam(roles[k])):
@@ -146,15 +147,19 @@ def op_modes(nodes, consts, elem: dict, qparams: set[str]) -> tuple[list[OpInfo]
                     (act_q if src_type in q8 | q16 else act_f).append(src_type)
             elif x in consts:
                 weight_q = weight_q or elem.get(x) in q8
+                # a float weight (slot 1 of a conv or matmul) makes a float kernel whatever its input is
+                weight_f = weight_f or (k == 1 and elem.get(x) in floats and bool(HEAVY_OPS.search(n.op_type)))
             elif elem.get(x) in q8 | q16:
                 act_int.append(elem[x])
             else:
                 act_f.append(elem.get(x))
-        if (act_q or act_int) and not act_f:
+        if (act_q or act_int) and not act_f and not weight_f:
             mode = "int16" if all(t in q16 for t in act_q + act_int) else "int8"
             # ORT fuses DQ -> op -> Q; without a QuantizeLinear after it the op may stay float.
             requantized = any(c.op_type == "QuantizeLinear" for o in n.output for c in consumers.get(o, []))
             unrequantized |= bool(act_q) and not requantized and n.op_type != "MatMul"
+        elif act_q and not act_f and weight_f:
+            mode = "qdq_float"  # its int8 input is dequantized into a float kernel with its float weight
         elif weight_q:
             mode = "weight_only"  # only the weight is dequantized: ORT runs the float kernel
         else:
