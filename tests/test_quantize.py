@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from edgekit.core import io_params
+from edgekit.core.artifact import CalibrationRecord
+from edgekit.core.quant import Method
 from edgekit.calibration.sources import CalibrationSpec
 from edgekit.core.errors import BadInput
 from edgekit.engine.request import build_request
@@ -45,17 +47,17 @@ def test_int8_on_every_target_is_really_int8_and_keeps_accuracy(digits_int8_auto
 def test_auto_lists_every_candidate_and_keeps_the_least_drift(digits_int8_auto):
     for target, r in by_target(digits_int8_auto).items():
         cal = r.artifact.meta.calibration
-        assert cal["requested"] == "auto" and cal["source"] == str(DIGITS_CALIB)
+        assert cal.requested is Method.AUTO and cal.source == str(DIGITS_CALIB)
         # each method without and with bias correction, where the backend has it (not ptl)
         corrections = [False] if target == "ptl" else [False, True]
-        assert [(c["method"], c["bias_correction"]) for c in cal["candidates"]] == [
+        assert [(c.method, c.bias_correction) for c in cal.candidates] == [
             (m, b) for m in BACKEND_METHODS[target] for b in corrections]
-        assert not any(c["smooth_quant"] for c in cal["candidates"])  # no linears reading a normalization
-        best = max(cal["candidates"], key=lambda c: c["sqnr_db"])
-        assert cal["method"] == best["method"]
-        assert r.artifact.meta.quantization.bias_correction == best["bias_correction"]
-        assert cal["held_out_samples"] == 40 and cal["samples"] == 160  # 20% of 200 held out
-        assert all(0.9 < c["cosine"] <= 1 for c in cal["candidates"])
+        assert not any(c.smooth_quant for c in cal.candidates)  # no linears reading a normalization
+        best = max(cal.candidates, key=lambda c: c.sqnr_db)
+        assert cal.method == best.method
+        assert r.artifact.meta.quantization.bias_correction == best.bias_correction
+        assert cal.held_out_samples == 40 and cal.samples == 160  # 20% of 200 held out
+        assert all(0.9 < c.cosine <= 1 for c in cal.candidates)
 
 
 @pytest.mark.parametrize("precision", ["int8-dynamic", "fp16"])
@@ -119,7 +121,7 @@ def test_each_method_by_name(tmp_path, target, method):
                                     calib_method=method))
     (r,) = result.artifacts
     assert r.verdict.status == "pass", r.verdict.reasons
-    assert r.artifact.meta.calibration == {"source": str(DIGITS_CALIB), "samples": 200, "method": method}
+    assert r.artifact.meta.calibration == CalibrationRecord(str(DIGITS_CALIB), 200, method)
     assert r.artifact.meta.quantization.bias_correction is True  # the default recipe, where the backend has it
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from edgekit.core.quant import QuantSpec
+from edgekit.core.quant import Method, QuantSpec
 from edgekit.core.search_record import SearchRecord
 from edgekit.core.signature import Signature
 
@@ -19,15 +19,68 @@ REPORTED = ("quantization", "int8_types", "opset_upgrade", "outside_delegate", "
 
 
 @dataclass(frozen=True)
+class CalibrationCandidate:
+    """One method `auto` tried: the spec's method and passes, and its drift on the held-out samples, or the
+    error that left it out (a candidate the backend failed on)."""
+
+    method: Method
+    bias_correction: bool
+    smooth_quant: bool
+    sqnr_db: float | None = None  # None: identical outputs (or not measured, with an error)
+    cosine: float | None = None  # None for an output without one (a single score)
+    max_abs: float | None = None
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        """method and passes; then the error, or the drift."""
+        out = {"method": self.method, "bias_correction": self.bias_correction, "smooth_quant": self.smooth_quant}
+        return {**out, "error": self.error} if self.error is not None else {
+            **out, "sqnr_db": self.sqnr_db, "cosine": self.cosine, "max_abs": self.max_abs}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "CalibrationCandidate":
+        """Inverse of `to_json`."""
+        return cls(Method(d["method"]), d["bias_correction"], d["smooth_quant"], d.get("sqnr_db"), d.get("cosine"),
+                   d.get("max_abs"), d.get("error"))
+
+
+@dataclass(frozen=True)
+class CalibrationRecord:
+    """Where an int8 artifact's ranges came from: the samples' source and count and the method used; with
+    `--calib-method auto`, every candidate measured on `held_out_samples` (`requested` is then AUTO)."""
+
+    source: str
+    samples: int
+    method: Method
+    requested: Method | None = None
+    held_out_samples: int | None = None
+    candidates: tuple[CalibrationCandidate, ...] = ()
+
+    def to_json(self) -> dict:
+        """source, samples, method; with auto, requested, held_out_samples and the candidates too."""
+        out = {"source": self.source, "samples": self.samples, "method": self.method}
+        if self.requested is not None:
+            out.update(requested=self.requested, held_out_samples=self.held_out_samples,
+                       candidates=[c.to_json() for c in self.candidates])
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "CalibrationRecord":
+        """Inverse of `to_json`."""
+        return cls(d["source"], d["samples"], Method(d["method"]), d.get("requested") and Method(d["requested"]),
+                   d.get("held_out_samples"), tuple(CalibrationCandidate.from_json(c) for c in d.get("candidates", ())))
+
+
+@dataclass(frozen=True)
 class ArtifactMeta:
     """What the steps of a route learned about the artifact they made, typed; JSON only in a result's
     document and in the artifact cache (`to_json` / `from_json`). Records that are themselves reports
-    (the calibration's candidates, a mobile-package verdict) stay JSON-shaped."""
+    (a mobile-package verdict, how an .ort was optimized) stay JSON-shaped."""
 
     route: tuple[str, ...] = ()  # the formats from the source on
     tool_versions: Mapping[str, str] = field(default_factory=dict)
     seconds: float | None = None  # the whole route's conversion time
-    calibration: Mapping | None = None  # source, samples, method (and `auto`'s candidates)
+    calibration: CalibrationRecord | None = None  # where the int8 ranges came from
     quantization: QuantSpec | None = None  # the int8 spec as made
     search: SearchRecord | None = None  # the accuracy-aware search's record (edgekit.engine.search)
     int8_types: Mapping | None = None  # an int8 ONNX model's activation and weight types
@@ -40,7 +93,7 @@ class ArtifactMeta:
     def to_json(self, everything: bool = False) -> dict:
         """The result document's fields (`everything`: every field set, for the cache)."""
         out = {"route": list(self.route), "tool_versions": dict(self.tool_versions), "seconds": self.seconds,
-               "calibration": self.calibration}
+               "calibration": self.calibration and self.calibration.to_json()}
         for name in REPORTED if not everything else [f.name for f in fields(self) if f.name not in out]:
             value = getattr(self, name)
             if value is None or value == ():
@@ -58,6 +111,8 @@ class ArtifactMeta:
                 values[name] = tuple(values[name])
         if values.get("quantization") is not None:
             values["quantization"] = QuantSpec.from_json(values["quantization"])
+        if values.get("calibration") is not None:
+            values["calibration"] = CalibrationRecord.from_json(values["calibration"])
         if values.get("search") is not None:
             values["search"] = SearchRecord.from_json(values["search"])
         return cls(**values)

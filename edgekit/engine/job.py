@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgekit.calibration import smooth_quant
-from edgekit.core.artifact import ModelArtifact
+from edgekit.core.artifact import CalibrationCandidate, CalibrationRecord, ModelArtifact
 from edgekit.engine.build import Intermediates, Progress, build, place
 from edgekit.calibration.data import SampleSet
 from edgekit.core.errors import ConversionFailed
@@ -78,17 +78,17 @@ class TargetJob:
         step = route.quantizing_step
         if step is None:
             return self._route(target, route, tmp, self.req.spec_for())
+        calibration = CalibrationRecord(self.calib.source, len(self.calib), self.req.quant.method)
         if self.req.auto:
-            artifact, spec, calibration = self._auto(target, route, step, tmp)
+            artifact, spec, calibration = self._auto(target, route, step, tmp, calibration)
         else:
             spec = self.req.spec_for(step.converter)
-            artifact, calibration = None, {"method": spec.method}
+            artifact, calibration = None, replace(calibration, method=spec.method)
         search = None
         if self.req.search.budgets:
             artifact, spec, search = self._search(target, route, step, tmp, spec, artifact)
         elif artifact is None:
             artifact = self._route(target, route, tmp, spec)
-        calibration = {"source": self.calib.source, "samples": len(self.calib), **calibration}
         return artifact.noting(calibration=calibration, quantization=spec, search=search)
 
     def _verify(self, target, artifact: ModelArtifact, samples: SampleSet, reference: list):
@@ -152,11 +152,12 @@ class TargetJob:
     def _smoothable(self) -> bool:
         return smooth_quant.applies(self.source)
 
-    def _auto(self, target, route: Route, step, tmp: Path) -> tuple[ModelArtifact, QuantSpec, dict]:
+    def _auto(self, target, route: Route, step, tmp: Path,
+              calibration: CalibrationRecord) -> tuple[ModelArtifact, QuantSpec, CalibrationRecord]:
         """Try every method the backend has, each with every combination of the whole-model passes
         worth trying (bias correction where the backend has it, SmoothQuant where the model also has
         linears reading a normalization; a pass asked for is on in every candidate); keep the one with
-        the least drift on held-out samples. Returns its artifact, its spec and the record of the
+        the least drift on held-out samples. Returns its artifact, its spec and `calibration` with the
         candidates. A candidate the backend fails on is recorded with its error and left out."""
         held_out, held_ref = self.selection
         tried, failed = [], []
@@ -166,25 +167,26 @@ class TargetJob:
         for spec in auto_specs(base, methods, self._passes(step.converter)):
             method, passes = spec.method, [p for p in PASSES if getattr(spec, p)]
             what = f"{target.name}: {method} calibration{''.join(' with ' + PASSES[p] for p in passes)}"
-            record = {"method": method, "bias_correction": spec.bias_correction, "smooth_quant": spec.smooth_quant}
+            record = CalibrationCandidate(method, spec.bias_correction, spec.smooth_quant)
             try:
                 artifact = self._route(target, route, tmp / "+".join([method, *passes]), spec)
             except ConversionFailed as e:
-                failed.append((e, {**record, "error": e.message}))
+                failed.append((e, replace(record, error=e.message)))
                 self.say(f"{what}: failed ({e.message})")
                 continue
             m = compare(held_ref, self._run(artifact, held_out)[0], {}).metrics["output_0"]
-            tried.append((artifact, spec, {**record, "sqnr_db": m["sqnr_db"], "cosine": m.get("cosine"), "max_abs": m["max_abs"]}))
+            tried.append((artifact, spec, replace(record, sqnr_db=m["sqnr_db"], cosine=m.get("cosine"), max_abs=m["max_abs"])))
             shown = f"cosine {m['cosine']:.6f}" if "cosine" in m else f"max_abs {m['max_abs']:.6g}"  # a score: no cosine
             self.say(f"{what}: {shown} on {len(held_out)} held-out samples")
         if not tried:
             raise failed[0][0]
         best_artifact, best_spec, best = max(tried, key=lambda t: _drift_rank(t[2]))
-        return best_artifact, best_spec, {"method": best["method"], "requested": Method.AUTO, "held_out_samples": len(held_out),
-                                          "candidates": [c for _, _, c in tried] + [c for _, c in failed]}
+        return best_artifact, best_spec, replace(calibration, method=best.method, requested=Method.AUTO,
+                                                 held_out_samples=len(held_out),
+                                                 candidates=(*(c for _, _, c in tried), *(c for _, c in failed)))
 
 
-def _drift_rank(candidate: dict) -> tuple:
+def _drift_rank(candidate: CalibrationCandidate) -> tuple:
     """Least drift first: highest SQNR (None means identical outputs), then highest cosine."""
-    sqnr = candidate["sqnr_db"]
-    return (float("inf") if sqnr is None else sqnr, candidate["cosine"] if candidate["cosine"] is not None else -candidate["max_abs"])
+    sqnr = candidate.sqnr_db
+    return (float("inf") if sqnr is None else sqnr, candidate.cosine if candidate.cosine is not None else -candidate.max_abs)
