@@ -24,6 +24,7 @@ from edgekit.core.errors import ConversionFailed
 BINS = 2048  # both histograms: onnxruntime's percentile default, and what edgekit gives its entropy calibrator
 QUANTIZED_BINS = 128  # onnxruntime's entropy default
 PERCENTILE = 99.999  # onnxruntime's percentile default
+VALUES = 2 ** 18  # of each tensor histogrammed by `auto`'s pass, spread over the samples (its min and max: all)
 EPS = 0.0001  # onnxruntime's smooth_distribution
 
 
@@ -36,10 +37,16 @@ class Statistics:
     magnitudes: dict = field(default_factory=dict)  # tensor → (hist, edges, min, max) of |x| (percentile)
     values: dict = field(default_factory=dict)  # tensor → (hist, edges, min, max, threshold) of x (entropy)
     failed: dict = field(default_factory=dict)  # method → why its histogram cannot be made
+    computed: dict = field(default_factory=dict)  # method → its ranges, computed once
 
     def ranges(self, method: str):
         """onnxruntime's TensorsData for `method` (minmax, percentile or entropy), as its calibrator of that
         method would compute it from the same samples."""
+        if method not in self.computed:
+            self.computed[method] = self._ranges(method)
+        return self.computed[method]
+
+    def _ranges(self, method: str):
         from onnxruntime.quantization.calibrate import CalibrationMethod, HistogramCollector, TensorData, TensorsData
 
         if method in self.failed:
@@ -57,47 +64,99 @@ class Statistics:
         return TensorsData(CalibrationMethod.Entropy, {t: TensorData(lowest=lo, highest=hi) for t, (lo, hi) in found.items()})
 
 
-def collect(model: Path, feeds, work_dir: Path) -> Statistics:
+def collect(model: Path, feeds, work_dir: Path, per_sample: int | None = None) -> Statistics:
     """Run `model` once over `feeds` (an iterable of {input name: array}) with every tensor onnxruntime
-    would calibrate as an output, and keep each tensor's statistics (see the module's docstring)."""
+    would calibrate as an output, and keep each tensor's statistics (see the module's docstring). With
+    `per_sample`, each tensor's min and max still come from all its values (reduced in the session, as
+    onnxruntime's MinMax calibrater does), its histograms from at most that many of each sample's values,
+    evenly strided (a Slice in the session): `auto` bounds its pass so (see VALUES), where onnxruntime
+    copies out every value of every tensor of every sample (GBs on a real model) and histograms them all."""
+    import onnx
     from onnxruntime.quantization.calibrate import HistogramCalibrater
 
     calibrator = HistogramCalibrater(str(model), augmented_model_path=str(work_dir / "statistics.onnx"))
-    calibrator.augment_graph()
+    if per_sample is None:
+        calibrator.augment_graph()
+        wanted = {t: (t, None) for t in sorted(calibrator.tensors_to_calibrate)}
+    else:
+        wanted = _bounded(calibrator, per_sample)
+        onnx.save(calibrator.model, calibrator.augmented_model_path)
     calibrator.create_inference_session()  # as onnxruntime's calibrators run: no graph optimizations
-    wanted, session = sorted(calibrator.tensors_to_calibrate), calibrator.infer_session
+    session, names = calibrator.infer_session, [n for values, ext in wanted.values() for n in (values, *(ext or ()))]
     del calibrator
     inputs = {i.name for i in session.get_inputs()}
-    outputs: dict[str, list] = {t: [] for t in wanted}
+    outputs: dict[str, list] = {n: [] for n in names}
     for feed in feeds:
-        for name, value in zip(wanted, session.run(wanted, feed)):
+        for name, value in zip(names, session.run(names, feed)):
             outputs[name].append(value.copy() if name in inputs else value)  # onnxruntime issue 21922
     del session
     (work_dir / "statistics.onnx").unlink()
     if not any(outputs.values()):
         raise ValueError("No data is collected.")
     stats = Statistics()
-    for name in wanted:
-        _add(stats, name, np.asarray(outputs.pop(name)).reshape(-1))
+    for tensor, (values, extremes) in wanted.items():
+        x = np.asarray(outputs.pop(values)).reshape(-1)
+        if extremes is None:
+            _add(stats, tensor, x)
+        else:
+            low, high = np.asarray(outputs.pop(extremes[0])), np.asarray(outputs.pop(extremes[1]))
+            _add(stats, tensor, x, np.nanmin(low) if low.size else None, np.nanmax(high) if high.size else None)
     return stats
 
 
-def _add(stats: Statistics, name: str, x: np.ndarray) -> None:
-    """One tensor's statistics from all its values, made as onnxruntime's MinMax calibrater and its
-    HistogramCollector (collect_value for entropy, collect_absolute_value for percentile) make them."""
-    if x.size:
-        low, high = np.nanmin(x), np.nanmax(x)
-    else:
-        low, high = np.array(0, dtype=x.dtype), np.array(0, dtype=x.dtype)
+def _bounded(calibrator, per_sample: int) -> dict:
+    """Add to the calibrator's model, for each tensor it calibrates, its min and max (ReduceMin/ReduceMax
+    of it flattened) and every k-th of its values (at most `per_sample`) as outputs: tensor → (values
+    output, (min output, max output))."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    tensors, infos = calibrator.select_tensors_to_calibrate(calibrator.model)
+    graph = calibrator.model.graph
+    graph.initializer.extend([numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (
+        ("edgekit_flat", [-1]), ("edgekit_zero", [0]), ("edgekit_end", [2 ** 62]))])
+    wanted = {}
+    for i, tensor in enumerate(sorted(tensors)):
+        dims = [d.dim_value if d.HasField("dim_value") else 0 for d in infos[tensor].type.tensor_type.shape.dim]
+        size = int(np.prod(dims)) if all(dims) else 0  # 0: unknown, every value is kept
+        step = f"edgekit_step{i}"
+        graph.initializer.append(numpy_helper.from_array(np.array([max(1, -(-size // per_sample))], np.int64), step))
+        flat, out = (f"edgekit_{kind}{i}" for kind in ("flat", "values"))
+        low, high = f"edgekit_min{i}", f"edgekit_max{i}"
+        graph.node.extend([helper.make_node("Reshape", [tensor, "edgekit_flat"], [flat]),
+                           helper.make_node("Slice", [flat, "edgekit_zero", "edgekit_end", "edgekit_zero", step], [out]),
+                           helper.make_node("ReduceMin", [flat], [low], keepdims=0),
+                           helper.make_node("ReduceMax", [flat], [high], keepdims=0)])
+        elem = infos[tensor].type.tensor_type.elem_type or TensorProto.FLOAT
+        graph.output.extend([helper.make_tensor_value_info(out, elem, None),
+                             helper.make_tensor_value_info(low, elem, None), helper.make_tensor_value_info(high, elem, None)])
+        wanted[tensor] = (out, (low, high))
+    return wanted
+
+
+def _add(stats: Statistics, name: str, x: np.ndarray, low=None, high=None) -> None:
+    """One tensor's statistics from its values `x` (and the min and max of all of them, when `x` are some),
+    made as onnxruntime's MinMax calibrater and its HistogramCollector (collect_value for entropy,
+    collect_absolute_value for percentile) make them."""
+    if low is None:
+        low, high = (np.nanmin(x), np.nanmax(x)) if x.size else (np.array(0, dtype=x.dtype), np.array(0, dtype=x.dtype))
     stats.extremes[name] = (np.asarray(low, dtype=x.dtype).reshape(1), np.asarray(high, dtype=x.dtype).reshape(1))  # as MinMax's
     threshold = np.array(max(abs(low), abs(high)), dtype=x.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # a range numpy cannot split is reported below
+        _histograms(stats, name, x, low, high, threshold)
+
+
+def _histograms(stats: Statistics, name: str, x: np.ndarray, low, high, threshold) -> None:
     try:
         hist, edges = np.histogram(x, BINS, range=(-threshold, threshold))
         stats.values[name] = (hist, edges, low, high, threshold)
     except ValueError as e:
         stats.failed.setdefault("entropy", _unfinite("entropy", name, e))
     try:
-        hist, edges = np.histogram(np.absolute(x), bins=BINS)
+        magnitudes = np.absolute(x)
+        # onnxruntime's range: that of the magnitudes (numpy's own when all are here; else up to the largest of all)
+        whole = not magnitudes.size or float(magnitudes.max()) >= float(threshold)
+        span = None if whole else (float(magnitudes.min()), float(threshold))
+        hist, edges = np.histogram(magnitudes, bins=BINS, range=span)
         stats.magnitudes[name] = (hist, edges.astype(x.dtype), low, high)
     except ValueError as e:
         stats.failed.setdefault("percentile", _unfinite("percentile", name, e))

@@ -39,7 +39,6 @@ from edgekit.core.quant import Capabilities, unknown_layers
 from edgekit.targets.onnx.layers import layer_name
 
 
-
 class OnnxQuantize(Converter):
     """The onnx → onnx edge below fp32 (see the module's docstring); it needs no torch, so ONNX models made
     from TensorFlow take it too. It has no mse calibration."""
@@ -174,7 +173,8 @@ def _ranges(prepared: Path, reader, ctx: ConvertContext):
     key = ("statistics", ctx.spec.smooth_quant)  # of the float model calibrated: smoothed or not
     stats = reuse.kept.get(key) if reuse else None
     if stats is None:
-        stats = onnx_statistics.collect(prepared, iter(reader.get_next, None), ctx.work_dir)
+        per_sample = -(-onnx_statistics.VALUES // len(reader)) if reuse is not None else None  # bounded for auto
+        stats = onnx_statistics.collect(prepared, iter(reader.get_next, None), ctx.work_dir, per_sample)
         if reuse is not None:
             reuse.kept[key] = stats
             reuse.calibration_passes += 1
