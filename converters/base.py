@@ -6,7 +6,7 @@ import importlib
 import time
 from importlib import metadata
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from edgekit.core.artifact import CARRIED, ModelArtifact
@@ -41,6 +41,18 @@ def node_of(fmt: str) -> str:
     return family if family in ("torch", "tf") else fmt
 
 
+@dataclass
+class Reuse:
+    """What the int8 conversions of one target share when a run makes several from the same calibration
+    samples (`auto`'s candidates, a search's steps): a converter keeps there the work another conversion
+    would repeat (ONNX: the pre-processed model, the activation statistics every method's ranges come from,
+    the quantized model before bias correction), under a key naming what that work depends on, and counts
+    its passes over the calibration samples, which `auto`'s record reports."""
+
+    kept: dict = field(default_factory=dict)
+    calibration_passes: int = 0  # statistics collected by running the float model over the samples
+
+
 @dataclass(frozen=True)
 class ConvertContext:
     """What a converter may use beyond its input artifact."""
@@ -49,6 +61,7 @@ class ConvertContext:
     work_dir: Path  # the step's own folder: its output and its scratch files
     calibration: "SampleSet | None" = None
     spec: QuantSpec = QuantSpec()  # its method is a concrete one, never "auto"
+    reuse: Reuse | None = None  # shared with the run's other conversions of this target, if any
 
 
 class Converter:

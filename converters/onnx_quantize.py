@@ -5,7 +5,11 @@ on a CPU where ONNX Runtime's int8 products saturate (x86-64 without VNNI, see e
 uint8 activations and uint8 weights instead, the remedy onnxruntime's quantization guide gives; the
 artifact records which (`int8_types`) and the types decide the dtype of integer I/O.
 Calibration methods map onto onnxruntime's calibrators: minmax → MinMax, percentile → Percentile,
-entropy → Entropy (histogram of 2048 bins). onnxruntime has no MSE calibrator, so mse is refused.
+entropy → Entropy (histogram of 2048 bins); percentile and entropy ranges are computed as onnxruntime's
+calibrators compute them from statistics collected in one pass (edgekit.calibration.onnx_statistics, its
+entropy search vectorized), and `auto`'s candidates share that pass, the pre-processed model and the
+quantized model before bias correction (ConvertContext.reuse). onnxruntime has no MSE calibrator, so mse
+is refused.
 
 Real models need more than `quantize_static` alone (see the README's "int8 on real models"): dynamic
 inputs are fixed to the signature first, pre-processing falls back to ONNX shape inference, and
@@ -16,11 +20,13 @@ after calibration the ranges and the graph decide which nodes stay float (`mixed
 from __future__ import annotations
 
 import os
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from edgekit.calibration import onnx_bias_correction, smooth_quant
+from edgekit.calibration import onnx_bias_correction, onnx_statistics, smooth_quant
 from edgekit.core import io_params
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.cpu import int8_products_saturate
@@ -32,8 +38,6 @@ from edgekit.core.formats import onnx_dims, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.core.quant import Capabilities, unknown_layers
 from edgekit.targets.onnx.layers import layer_name
-
-ENTROPY_BINS = 2048  # quantize_static's default (128) leaves entropy a single candidate: MinMax
 
 
 class OnnxQuantize(Converter):
@@ -73,12 +77,7 @@ class OnnxQuantize(Converter):
 
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        prepared = ctx.work_dir / f"{out_path.stem}.pre.onnx"
-        fixed = fixed_shapes(Path(src.path), src, ctx.work_dir)
-        upgrade = None
-        if ctx.spec.granularity == "per_channel" or precision == "int8-dynamic":  # dynamic is per channel too
-            fixed, upgrade = _at_least(PER_CHANNEL_OPSET, fixed, ctx.work_dir, Path(src.path).name)
-        _pre_process(fixed, prepared, ctx.work_dir)
+        prepared, upgrade = self._prepared(src, ctx.work_dir / f"{out_path.stem}.pre.onnx", precision, ctx)
         unsigned = int8_products_saturate()
         kind, qtype = ("uint8", QuantType.QUInt8) if unsigned else ("int8", QuantType.QInt8)
         if precision == "int8-dynamic":  # activations are uint8 at run time: only the weights' type is chosen
@@ -96,46 +95,58 @@ class OnnxQuantize(Converter):
         meta = ArtifactMeta(int8_types=types, opset_upgrade=upgrade or None)
         return ModelArtifact("onnx", str(out_path), src.signature, precision, files=tuple(files), meta=meta)
 
+    def _prepared(self, src: ModelArtifact, prepared: Path, precision: str, ctx: ConvertContext) -> tuple[Path, dict | None]:
+        """The source with its shapes fixed to the signature, at the opset per-channel weights need, through
+        onnxruntime's pre-processing, at `prepared`, and the opset upgrade made (None when none was). A copy of
+        what another conversion of the run made, when the run shares its work (ctx.reuse)."""
+        per_channel = ctx.spec.granularity == "per_channel" or precision == "int8-dynamic"  # dynamic is per channel too
+        kept, key = ctx.reuse.kept if ctx.reuse else {}, ("prepared", per_channel)
+        if key in kept:
+            shutil.copyfile(kept[key][0], prepared)
+            return prepared, kept[key][1]
+        fixed = fixed_shapes(Path(src.path), src, ctx.work_dir)
+        upgrade = None
+        if per_channel:
+            fixed, upgrade = _at_least(PER_CHANNEL_OPSET, fixed, ctx.work_dir, Path(src.path).name)
+        _pre_process(fixed, prepared, ctx.work_dir)
+        if ctx.reuse is not None:
+            kept[key] = (shutil.copyfile(prepared, ctx.work_dir / "shared.pre.onnx"), upgrade)
+        return prepared, upgrade
+
     def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext, qtype) -> None:
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-        from onnxruntime.quantization import create_calibrator, save_tensors_data
+        from onnxruntime.quantization import save_tensors_data
 
-        method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-                  "entropy": CalibrationMethod.Entropy}[ctx.spec.method]
         reader = _Reader(ctx.calibration, _graph_inputs(prepared, src))
         smoothed = []
         if ctx.spec.smooth_quant:
             smoothed = smooth_quant.smooth_onnx(prepared, prepared, iter(reader.get_next, None))
             reader.rewind()
         # Calibrate first, so that the ranges can decide what stays float, then quantize with them.
-        calibrator = create_calibrator(str(prepared), calibrate_method=method,
-                                       augmented_model_path=str(ctx.work_dir / "augmented.onnx"),
-                                       extra_options={"num_bins": ENTROPY_BINS} if ctx.spec.method == "entropy" else {})
-        try:
-            calibrator.collect_data(reader)
-        except ValueError as e:
-            if "finite-sized bins" not in str(e):
-                raise
-            raise ConversionFailed(
-                f"onnxruntime's {ctx.spec.method} calibrator cannot make a histogram of a tensor whose range is "
-                f"not finite in float32 (an additive attention mask spans -3.4e38..0): {first_line(e)}",
-                fix="use --calib-method minmax or percentile, or auto (it leaves out a method that fails)") from e
-        ranges = calibrator.compute_data()
+        ranges = _ranges(prepared, reader, ctx)
         cache = ctx.work_dir / "ranges.json"
         save_tensors_data(ranges, cache)
         spec = ctx.spec
         layers = layer_nodes(prepared, spec.layers("float") + spec.layers("int16"))
         kept = [n.name for layer in spec.layers("float") for n in layers[layer]]
-        int16 = {t: [{"quant_type": QuantType.QInt16}] for t in [*stem_activations(prepared), *(
-            t for layer in spec.layers("int16") for t in activations(prepared, layers[layer]))]}
-        quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
-                        nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed,
-                        quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
-                        activation_type=qtype, weight_type=qtype,
-                        calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
-        if int16:
-            _keep_metadata(prepared, out_path)
+        shared, key = ctx.reuse.kept if ctx.reuse else {}, ("quantized", replace(spec, bias_correction=False))
+        if key in shared:  # the same quantization, made for a candidate without bias correction (or with it)
+            shutil.copyfile(shared[key], out_path)
+        else:
+            int16 = {t: [{"quant_type": QuantType.QInt16}] for t in [*stem_activations(prepared), *(
+                t for layer in spec.layers("int16") for t in activations(prepared, layers[layer]))]}
+            method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+                      "entropy": CalibrationMethod.Entropy}[spec.method]
+            quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
+                            nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed,
+                            quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
+                            activation_type=qtype, weight_type=qtype,
+                            calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
+            if int16:
+                _keep_metadata(prepared, out_path)
+            if ctx.reuse is not None:
+                shared[key] = shutil.copyfile(out_path, ctx.work_dir / "shared.quantized.onnx")
         if spec.bias_correction:
             reader.rewind()
             onnx_bias_correction.correct(out_path, prepared, iter(reader.get_next, None), ctx.work_dir)
@@ -145,6 +156,30 @@ class OnnxQuantize(Converter):
         int8_weights_only(model.graph, keep=set(kept))
         float_weights_stay_float(model.graph)
         onnx.save(model, str(out_path))
+
+
+def _ranges(prepared: Path, reader, ctx: ConvertContext):
+    """The activation ranges of ctx.spec's method (onnxruntime's TensorsData). minmax alone is onnxruntime's
+    MinMax calibrater (its reductions run in the session); percentile and entropy, and every method when the
+    run shares its work (`auto`), come from activation statistics collected once
+    (edgekit.calibration.onnx_statistics: onnxruntime's entropy search, vectorized)."""
+    from onnxruntime.quantization import CalibrationMethod, create_calibrator
+
+    method, reuse = ctx.spec.method, ctx.reuse
+    if method == "minmax" and reuse is None:
+        calibrator = create_calibrator(str(prepared), calibrate_method=CalibrationMethod.MinMax,
+                                       augmented_model_path=str(ctx.work_dir / "augmented.onnx"))
+        calibrator.collect_data(reader)
+        return calibrator.compute_data()
+    key = ("statistics", ctx.spec.smooth_quant)  # of the float model calibrated: smoothed or not
+    stats = reuse.kept.get(key) if reuse else None
+    if stats is None:
+        per_sample = -(-onnx_statistics.VALUES // len(reader)) if reuse is not None else None  # bounded for auto
+        stats = onnx_statistics.collect(prepared, iter(reader.get_next, None), ctx.work_dir, per_sample)
+        if reuse is not None:
+            reuse.kept[key] = stats
+            reuse.calibration_passes += 1
+    return stats.ranges(method)
 
 
 def layer_nodes(model: Path, layers: tuple[str, ...]) -> dict[str, list]:

@@ -54,21 +54,25 @@ class CalibrationRecord:
     method: Method
     requested: Method | None = None
     held_out_samples: int | None = None
+    calibration_passes: int | None = None  # auto's passes over the samples, where its candidates share them
     candidates: tuple[CalibrationCandidate, ...] = ()
 
     def to_json(self) -> dict:
         """source, samples, method; with auto, requested, held_out_samples and the candidates too."""
         out = {"source": self.source, "samples": self.samples, "method": self.method}
         if self.requested is not None:
-            out.update(requested=self.requested, held_out_samples=self.held_out_samples,
-                       candidates=[c.to_json() for c in self.candidates])
+            out.update(requested=self.requested, held_out_samples=self.held_out_samples)
+            if self.calibration_passes is not None:
+                out["calibration_passes"] = self.calibration_passes
+            out["candidates"] = [c.to_json() for c in self.candidates]
         return out
 
     @classmethod
     def from_json(cls, d: Mapping) -> "CalibrationRecord":
         """Inverse of `to_json`."""
         return cls(d["source"], d["samples"], Method(d["method"]), d.get("requested") and Method(d["requested"]),
-                   d.get("held_out_samples"), tuple(CalibrationCandidate.from_json(c) for c in d.get("candidates", ())))
+                   d.get("held_out_samples"), d.get("calibration_passes"),
+                   tuple(CalibrationCandidate.from_json(c) for c in d.get("candidates", ())))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from edgekit.engine.sizes import verify_second_size
 from edgekit.sources.loading import Source
 from edgekit.core.quant import PASSES, Method, QuantSpec, auto_specs
 from edgekit.core.quiet import captured
-from edgekit.converters.base import ConvertContext
+from edgekit.converters.base import ConvertContext, Reuse
 from edgekit.core.results import ArtifactResult
 from edgekit.engine.isolation import run_isolated
 from edgekit.core.verify import Status, compare, only_near_ties
@@ -104,8 +104,8 @@ class TargetJob:
             artifact = artifact.noting(search=replace(search, note=note))
         return artifact, verdict
 
-    def _route(self, target, route: Route, folder: Path, spec: QuantSpec) -> ModelArtifact:
-        ctx = ConvertContext(self.source, folder, self.calib, spec)
+    def _route(self, target, route: Route, folder: Path, spec: QuantSpec, reuse: Reuse | None = None) -> ModelArtifact:
+        ctx = ConvertContext(self.source, folder, self.calib, spec, reuse)
         return build(route, ctx, self.stem, lambda msg: self.say(f"{target.name}: {msg}"), self.shared, target.name)
 
     def _search(self, target, route: Route, step, tmp: Path, spec: QuantSpec, first: ModelArtifact | None):
@@ -158,9 +158,11 @@ class TargetJob:
         worth trying (bias correction where the backend has it, SmoothQuant where the model also has
         linears reading a normalization; a pass asked for is on in every candidate); keep the one with
         the least drift on held-out samples. Returns its artifact, its spec and `calibration` with the
-        candidates. A candidate the backend fails on is recorded with its error and left out."""
+        candidates. A candidate the backend fails on is recorded with its error and left out. The candidates
+        share their work where the backend can (ConvertContext.reuse; ONNX: one calibration pass for every
+        method, recorded as `calibration_passes`)."""
         held_out, held_ref = self.selection
-        tried, failed = [], []
+        tried, failed, reuse = [], [], Reuse()
         methods = step.converter.capabilities.methods
         # a pass the request insists on is on in every candidate; the others are tried off and on
         base = replace(self.req.quant, method=methods[0], bias_correction=self.req.quant.bias_correction is True)
@@ -169,7 +171,7 @@ class TargetJob:
             what = f"{target.name}: {method} calibration{''.join(' with ' + PASSES[p] for p in passes)}"
             record = CalibrationCandidate(method, spec.bias_correction, spec.smooth_quant)
             try:
-                artifact = self._route(target, route, tmp / "+".join([method, *passes]), spec)
+                artifact = self._route(target, route, tmp / "+".join([method, *passes]), spec, reuse)
             except ConversionFailed as e:
                 failed.append((e, replace(record, error=e.message)))
                 self.say(f"{what}: failed ({e.message})")
@@ -183,6 +185,7 @@ class TargetJob:
         best_artifact, best_spec, best = max(tried, key=lambda t: _drift_rank(t[2]))
         return best_artifact, best_spec, replace(calibration, method=best.method, requested=Method.AUTO,
                                                  held_out_samples=len(held_out),
+                                                 calibration_passes=reuse.calibration_passes or None,
                                                  candidates=(*(c for _, _, c in tried), *(c for _, c in failed)))
 
 
