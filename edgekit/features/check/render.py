@@ -52,8 +52,8 @@ def _search_lines(c: Case) -> list[str]:
         gains = ", ".join(f"{m} {d:+.4g}" for m, d in k.contribution.items() if d is not None)
         lines.append(f"kept back: {k.layer} at {k.precision} ({k.bytes:+d} bytes; {gains})")
     for name, label in PASSES.items():
-        if s.get(f"{name}_contribution"):
-            gains = ", ".join(f"{m} {d:+.4g}" for m, d in s[f"{name}_contribution"].items() if d is not None)
+        if s.contributions.get(name):
+            gains = ", ".join(f"{m} {d:+.4g}" for m, d in s.contributions[name].items() if d is not None)
             lines.append(f"{label} kept ({gains})")
     return lines
 
