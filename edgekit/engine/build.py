@@ -42,6 +42,17 @@ class Intermediates:
         q = route.quantizing
         return (route.source_format, steps, ctx.spec if q is not None and q <= i else None)
 
+    def float_input(self, route: Route) -> ModelArtifact | None:
+        """The float model `route`'s quantizing step reads, when this run built it (keras → onnx at fp32 before
+        onnx → onnx at int8): what per-layer drift compares the int8 model with. None when the step reads the
+        source itself, or nothing was built yet."""
+        q = route.quantizing
+        if not q:
+            return None
+        steps = tuple((s.converter.name, s.precision) for s in route.steps[:q])
+        built = self.built.get((route.source_format, steps, None))
+        return built[0] if built else None
+
 
 def build(route: Route, ctx: ConvertContext, stem: str, say: Progress, shared: Intermediates | None = None,
           owner: str = "") -> ModelArtifact:

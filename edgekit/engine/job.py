@@ -127,7 +127,9 @@ class TargetJob:
             say(f"ranking the layers of the model by the SQNR each loses on {len(traced)} calibration samples")
             with captured():
                 if not reference and target.format != "pte":
-                    reference.append(float_reference(self.source, target.format, tmp / "float", say))
+                    made = self.shared.float_input(route)  # the very model the int8 one was made from
+                    reference.append(made.path if made is not None and made.format == target.format
+                                     else float_reference(self.source, target.format, tmp / "float", say))
                 return rank_layers(self.source, target.format, m.artifact.path, traced.inputs, calibration=self.calib,
                                    spec=m.spec, float_path=reference[0] if reference else None, say=say)
 
