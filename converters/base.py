@@ -13,7 +13,7 @@ from edgekit.core.artifact import CARRIED, ModelArtifact
 from edgekit.core.deps import EXTRAS, missing_modules, versions
 from edgekit.core.errors import ConversionFailed, EdgekitError, MissingDependency, environment_error, first_line
 from edgekit.core.formats import FORMATS, detect
-from edgekit.core.quant import PRECISIONS, Capabilities, QuantSpec
+from edgekit.core.quant import Capabilities, QuantSpec
 
 if TYPE_CHECKING:  # the frameworks' types stay off the CLI's import path
     from edgekit.calibration.data import SampleSet

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from itertools import count
 
 from edgekit.core.errors import BadInput, MissingDependency
-from edgekit.converters.base import PRECISIONS, Converter, converters, node_of
+from edgekit.converters.base import Converter, converters, node_of
+from edgekit.core.quant import PRECISIONS
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ import importlib
 import importlib.machinery
 import sys
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Protocol
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.core.errors import BadInput, reading
-from edgekit.converters.base import PRECISIONS
+from edgekit.core.quant import PRECISIONS
 from edgekit.core.verify import HIGHER_IS_BETTER, parse_output_kinds
 from edgekit.sources.loading import SourceOptions
 
