@@ -203,7 +203,7 @@ def _convert(tmp_path, *args, model=BAD, target="tflite"):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["tflite", "executorch", "onnx"])
+@pytest.mark.parametrize("target", ["tflite", "executorch", "onnx", "ort"])  # .ort: its layers ranked on its int8 .onnx
 def test_the_search_keeps_exactly_the_damaged_layer_back(tmp_path, target):
     p, artifact = _convert(tmp_path, "--budget", "sqnr_db=20", target=target)
     assert p.returncode == 0, p.stderr
@@ -215,7 +215,7 @@ def test_the_search_keeps_exactly_the_damaged_layer_back(tmp_path, target):
     assert artifact["quantization"]["overrides"][0] == {"layer": "conv2", "precision": "float"}
     assert artifact["verification"]["status"] == "pass" and artifact["verification"]["metrics"]["output_0"]["sqnr_db"] > 20
     assert search["int8_share"] >= 0.8
-    if target == "onnx":  # int16 activations come first, and do not help a layer whose weights are the problem
+    if target in ("onnx", "ort"):  # int16 activations come first, and do not help a layer whose weights are the problem
         assert [(s["layer"], s["precision"], s["accepted"]) for s in search["steps"][1:3]] == [
             ("conv2", "int16", False), ("conv2", "float", True)]
     # bias correction is part of the default recipe, on from full int8: no step of its own, and it stays on

@@ -53,6 +53,16 @@ class Intermediates:
         built = self.built.get((route.source_format, steps, None))
         return built[0] if built else None
 
+    def quantized(self, route: Route, spec) -> ModelArtifact | None:
+        """The output of `route`'s quantizing step made with `spec` when this run built it (the int8 .onnx an
+        .ort is converted from): what per-layer drift traces when the target's own format has no tracer."""
+        q = route.quantizing
+        if q is None:
+            return None
+        steps = tuple((s.converter.name, s.precision) for s in route.steps[: q + 1])
+        built = self.built.get((route.source_format, steps, spec))
+        return built[0] if built else None
+
 
 def build(route: Route, ctx: ConvertContext, stem: str, say: Progress, shared: Intermediates | None = None,
           owner: str = "") -> ModelArtifact:

@@ -125,12 +125,15 @@ class TargetJob:
         def rank(m: Measurement) -> list:
             traced = self.calib.head(min(SAMPLES, len(self.calib)))
             say(f"ranking the layers of the model by the SQNR each loses on {len(traced)} calibration samples")
+            artifact = m.artifact
+            if artifact.format != "pte" and target.backend.trace_layers is None:  # an .ort: trace its int8 .onnx
+                artifact = self.shared.quantized(route, m.spec) or artifact
             with captured():
-                if not reference and target.format != "pte":
+                if not reference and artifact.format != "pte":
                     made = self.shared.float_input(route)  # the very model the int8 one was made from
-                    reference.append(made.path if made is not None and made.format == target.format
-                                     else float_reference(self.source, target.format, tmp / "float", say))
-                return rank_layers(self.source, target.format, m.artifact.path, traced.inputs, calibration=self.calib,
+                    reference.append(made.path if made is not None and made.format == artifact.format
+                                     else float_reference(self.source, artifact.format, tmp / "float", say))
+                return rank_layers(self.source, artifact.format, artifact.path, traced.inputs, calibration=self.calib,
                                    spec=m.spec, float_path=reference[0] if reference else None, say=say)
 
         terms = self.req.search
