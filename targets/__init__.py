@@ -36,7 +36,8 @@ class TargetBackend(Protocol):
     Runner: Callable[[str, "Signature"], ArtifactRunner]  # the CPU runner class of an artifact file
     inspect_file: Callable[[str], "Inspection"]  # what the file holds (edgekit.targets.inspection)
     open_timed: Callable[..., tuple]  # (call, input specs) for timing (edgekit.targets.latency)
-    trace_layers: Callable[..., tuple] | None  # per-layer drift against the fp32 artifact (edgekit.targets.layers)
+    trace_layers: Callable[..., tuple] | None  # per-layer drift against the fp32 artifact (edgekit.targets.layers);
+    # its keyword `gains` asks for what keeping each layer float gains, where the tracer can measure it
     runtime_only: Callable[[], None] | None  # what a process that only runs artifacts does first, or None
 
 

@@ -244,6 +244,20 @@ def test_layers_command_ranks_a_damaged_artifact_on_demand(digits_artifacts, tmp
     assert len(text.stdout.splitlines()) == 2
 
 
+def test_layers_command_measures_what_keeping_each_onnx_layer_float_gains(digits_artifacts, tmp_path):
+    healthy = digits_artifacts["onnx int8"]
+    damaged = damage.perturb_onnx_weights(healthy, tmp_path / healthy.name, "classifier.1")
+    proc = run_cli("layers", damaged, "--source", DIGITS, "--eval", DIGITS_EVAL, "--json")
+    assert proc.returncode == 0, proc.stderr
+    layers = json.loads(proc.stdout)["layers"]
+    first = layers[0]
+    # its float copy restores the outputs: the gain is the damage, measured in onnxruntime
+    assert first["layer"] == "classifier.1" and first["gain_db"] > 10, layers[:3]
+    weighted = [d for d in layers if d["weight_sqnr_db"] is not None]
+    assert weighted and all(d["gain_db"] is not None for d in weighted)
+    assert all(d["gain_db"] < 1 for d in weighted if d["layer"] != "classifier.1")  # the healthy layers
+
+
 def test_layers_command_refuses_a_float_artifact(digits_artifacts):
     proc = run_cli("layers", digits_artifacts["onnx fp32"], "--source", DIGITS)
     assert proc.returncode == 2 and "is not an int8 artifact" in proc.stderr and "Traceback" not in proc.stderr

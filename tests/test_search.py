@@ -11,6 +11,7 @@ import pytest
 from edgekit.core.errors import BadInput
 from edgekit.core.quant import LayerOverride, QuantSpec, parse_overrides
 from edgekit.core.budgets import Budget, parse_budgets
+from edgekit.core.drift import CEILING_DB, Traced, from_json, rank, to_json
 from edgekit.core.search_record import SearchRecord
 from edgekit.engine.search import Measurement, Search, StopReason
 from edgekit.core.verify import only_near_ties
@@ -47,8 +48,8 @@ def test_overrides_parse_and_refuse_what_is_not_a_fallback():
 
 
 class _Layer:
-    def __init__(self, layer, loss_db):
-        self.layer, self.loss_db = layer, loss_db
+    def __init__(self, layer, loss_db, gain_db=None):
+        self.layer, self.loss_db, self.gain_db = layer, loss_db, gain_db
 
 
 def _measure(effects: dict, shares: dict | None = None, noise: dict | None = None):
@@ -79,6 +80,24 @@ def test_the_search_keeps_only_layers_that_help_and_says_why_it_stopped():
     assert record.steps[3].note == "undone: no progress on cosine 0.95 → 0.95"
     assert best.spec.overrides == (LayerOverride("a", "float"), LayerOverride("d", "float")) == record.overrides
     assert SearchRecord.from_json(json.loads(json.dumps(record.to_json()))) == record  # as the cache restores it
+
+
+def test_measured_gains_rank_first_and_small_gains_are_no_candidates():
+    # a layer that loses little itself but whose float copy gains the outputs most comes first
+    traced = [Traced("stem", "Conv", "t1", ("x",), 40.0, gain_db=0.05), Traced("early", "Conv", "t2", ("t1",), 40.0, gain_db=0.9),
+              Traced("late", "Conv", "t3", ("t2",), 40.0, gain_db=0.3), Traced("head", "Softmax", "t4", ("t3",)),
+              Traced("flat", "Reshape", "t5", ("t4",))]
+    ranked = rank(traced, {"x": 50.0, "t1": 30.0, "t2": 31.0, "t3": 20.0, "t4": 10.0, "t5": None})  # t5: an exact match
+    assert [d.layer for d in ranked] == ["early", "late", "stem", "head", "flat"]
+    assert ranked[1].loss_db == pytest.approx(11.0) and ranked[-1].sqnr_db == CEILING_DB
+    assert "kept float, the outputs gain +0.90 dB" in ranked[0].text()
+    assert from_json(to_json(ranked)) == ranked
+    measure, calls = _measure({"early": 0.1})
+    _best, record = Search((Budget("cosine", 0.99),), ("float",)).run(QuantSpec("int8"), measure, lambda m: ranked)
+    assert [k.layer for k in record.kept] == ["early"] and record.stopped is StopReason.MET
+    # "stem" (gain 0.05 dB < MIN_GAIN_DB) is never tried even though it loses 20 dB; "head" has no gain: by its loss
+    _best, record = Search((Budget("cosine", 0.999),), ("float",)).run(QuantSpec("int8"), _measure({})[0], lambda m: ranked)
+    assert [s.layer for s in record.steps[1:]] == ["early", "late", "head"]
 
 
 def test_the_search_tries_the_cheaper_fallback_first_and_respects_the_floor_and_the_step_limit():

@@ -43,12 +43,14 @@ class Traced:
     tensor: str  # key of its output in the SQNR table
     inputs: tuple[str, ...]  # keys of its activation inputs (not weights)
     weight_sqnr_db: float | None = None
+    gain_db: float | None = None  # the outputs' SQNR gained with its layer alone kept float, where measured
 
 
 @dataclass(frozen=True)
 class LayerDrift:
-    """One ranked layer: the SQNR its output has (drift accumulated so far) and the SQNR it loses itself,
-    which is what the ranking orders by."""
+    """One ranked layer: the SQNR its output has (drift accumulated so far), the SQNR it loses itself, and
+    where the backend measured it, what the model's outputs gain with the layer alone kept float (`gain_db`).
+    The ranking orders by the measured gain where there is one, else by the loss."""
 
     layer: str
     op: str
@@ -56,17 +58,21 @@ class LayerDrift:
     sqnr_db: float  # output vs. the float model (accumulated drift)
     loss_db: float  # SQNR lost in this layer: worst input SQNR minus output SQNR
     weight_sqnr_db: float | None = None
+    gain_db: float | None = None  # the outputs' SQNR gained with this layer alone kept float, where measured
 
     def to_json(self) -> dict:
         """Every field by name, dB rounded to 3 decimals; the module's `from_json` reads it back."""
         return {"layer": self.layer, "op": self.op, "tensor": self.tensor, "sqnr_db": round(self.sqnr_db, 3),
                 "loss_db": round(self.loss_db, 3),
-                "weight_sqnr_db": None if self.weight_sqnr_db is None else round(self.weight_sqnr_db, 3)}
+                "weight_sqnr_db": None if self.weight_sqnr_db is None else round(self.weight_sqnr_db, 3),
+                "gain_db": None if self.gain_db is None else round(self.gain_db, 3)}
 
     def text(self) -> str:
-        """One line for people: the layer, what it loses, its output SQNR (and its weights' when known)."""
+        """One line for people: the layer, what it loses, its output SQNR (and its weights' when known), and
+        what keeping it float gains the outputs where that was measured."""
         weights = f", weights {self.weight_sqnr_db:.1f} dB" if self.weight_sqnr_db is not None else ""
-        return f"{self.layer} ({self.op}): loses {self.loss_db:.1f} dB (output SQNR {self.sqnr_db:.1f} dB{weights})"
+        gain = f"; kept float, the outputs gain {self.gain_db:+.2f} dB" if self.gain_db is not None else ""
+        return f"{self.layer} ({self.op}): loses {self.loss_db:.1f} dB (output SQNR {self.sqnr_db:.1f} dB{weights}){gain}"
 
 
 def sqnr_db(reference, actual) -> float:
@@ -98,12 +104,14 @@ class SqnrSums:
 
 
 def rank(traced: list[Traced], sqnr: dict[str, float]) -> list[LayerDrift]:
-    """Every traced op with a known output SQNR, the one that loses the most first.
+    """Every traced op with a known output SQNR: those whose gain was measured first, the largest gain first,
+    then the rest, the one that loses the most first.
 
     `traced` is in execution order. An op whose output has no SQNR (no float counterpart was
     found) passes on the worst SQNR of its own inputs, so the op after it is still judged against
-    what actually reached it.
+    what actually reached it. An exact match (SQNR None, as SqnrSums gives it) counts as CEILING_DB.
     """
+    sqnr = {k: CEILING_DB if v is None else v for k, v in sqnr.items()}
     level: dict[str, float] = dict(sqnr)
     out = []
     for t in traced:
@@ -113,8 +121,9 @@ def rank(traced: list[Traced], sqnr: dict[str, float]) -> list[LayerDrift]:
             if known:
                 level[t.tensor] = min(known)
             continue
-        out.append(LayerDrift(t.layer, t.op, t.tensor, sqnr[t.tensor], before - sqnr[t.tensor], t.weight_sqnr_db))
-    return sorted(out, key=lambda d: -d.loss_db)
+        out.append(LayerDrift(t.layer, t.op, t.tensor, sqnr[t.tensor], before - sqnr[t.tensor], t.weight_sqnr_db,
+                              t.gain_db))
+    return sorted(out, key=lambda d: (d.gain_db is None, -(d.gain_db or 0.0), -d.loss_db))
 
 
 def to_json(layers: list[LayerDrift]) -> list[dict]:
@@ -122,8 +131,8 @@ def to_json(layers: list[LayerDrift]) -> list[dict]:
 
 
 def from_json(rows: list[dict]) -> list[LayerDrift]:
-    return [LayerDrift(r["layer"], r["op"], r["tensor"], r["sqnr_db"], r["loss_db"], r.get("weight_sqnr_db"))
-            for r in rows]
+    return [LayerDrift(r["layer"], r["op"], r["tensor"], r["sqnr_db"], r["loss_db"], r.get("weight_sqnr_db"),
+                       r.get("gain_db")) for r in rows]
 
 
 def module_path_from_location(location: str) -> str | None:

@@ -159,13 +159,14 @@ def close_workers() -> None:
 
 
 def trace_layers_isolated(fmt: str, float_path: str, quant_path: str, signature: Signature,
-                          inputs: dict[str, np.ndarray], *, timeout: float = 900) -> list[dict]:
-    """Per-layer drift of `quant_path` against `float_path` (see edgekit.engine.layers), in a child process."""
+                          inputs: dict[str, np.ndarray], *, gains: bool = False, timeout: float = 900) -> list[dict]:
+    """Per-layer drift of `quant_path` against `float_path` (see edgekit.engine.layers), in a child process;
+    with `gains`, what keeping each layer float gains, where the format's tracer measures it."""
     require(by_format(fmt).extra, f"tracing a .{fmt} artifact")
     with _job_dir() as tmp:
         sig_path, in_path, out_path = (os.path.join(tmp, n) for n in ("sig.json", "in.npz", "layers.json"))
         _write_job(signature, inputs, sig_path, in_path)
-        _child(["edgekit.targets.layers", fmt, float_path, quant_path, sig_path, in_path, out_path],
+        _child(["edgekit.targets.layers", fmt, float_path, quant_path, sig_path, in_path, out_path, *(["gains"] if gains else [])],
                fmt, quant_path, timeout)
         with open(out_path) as f:
             return json.load(f)

@@ -134,7 +134,7 @@ class TargetJob:
                     reference.append(made.path if made is not None and made.format == artifact.format
                                      else float_reference(self.source, artifact.format, tmp / "float", say))
                 return rank_layers(self.source, artifact.format, artifact.path, traced.inputs, calibration=self.calib,
-                                   spec=m.spec, float_path=reference[0] if reference else None, say=say)
+                                   spec=m.spec, float_path=reference[0] if reference else None, gains=True, say=say)
 
         terms = self.req.search
         say(f"searching for the fewest layers to keep back until {', '.join(b.text() for b in terms.budgets)} "

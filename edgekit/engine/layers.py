@@ -19,16 +19,18 @@ SAMPLES = 32  # samples traced: every intermediate tensor of every sample is rea
 
 
 def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibration=None, spec=None,
-                float_path: str | None = None, say=lambda _msg: None) -> list[LayerDrift]:
+                float_path: str | None = None, gains: bool = False, say=lambda _msg: None) -> list[LayerDrift]:
     """The layers of the int8 artifact at `artifact_path`, converted from the opened source `model`,
     ranked on `inputs` (see `attribute`). For .pte, the PT2E model is rebuilt from `calibration` (a
     SampleSet) and `spec` (a QuantSpec: method and overrides); for the other formats the float
-    reference is `float_path`, or one converted here (`float_reference`)."""
+    reference is `float_path`, or one converted here (`float_reference`). With `gains`, a tracer that can
+    (onnx) also measures what keeping each layer float gains the outputs, and ranks by that."""
     if fmt == "pte":
         return trace(model, calibration, spec, inputs)
     with tempfile.TemporaryDirectory(prefix="edgekit-float-") as tmp:
         float_path = float_path or float_reference(model, fmt, tmp, say)
-        ranked = from_json(trace_layers_isolated(fmt, float_path, artifact_path, model.artifact.signature, inputs))
+        ranked = from_json(trace_layers_isolated(fmt, float_path, artifact_path, model.artifact.signature, inputs,
+                                                 gains=gains))
     return _renamed(ranked, _source_names(model))
 
 

@@ -7,9 +7,10 @@ the eval samples the final verdict uses). When a budget is missed, the whole-mod
 backend has and the model can use are tried first, one step each: SmoothQuant for a transformer's
 linears (edgekit.calibration.smooth_quant), then bias correction
 (edgekit.calibration.bias_correction). They keep every layer int8, and each is kept like any step,
-only if it helps. When a budget is still missed, the layers are ranked by the SQNR each one loses
-(edgekit.engine.layers: one trace of the model, not one conversion per layer) and moved back one at a
-time, the worst first, to the backend's fallback precisions in order (int16 activations where it has
+only if it helps. When a budget is still missed, the layers are ranked (edgekit.engine.layers: one trace
+of the model, not one conversion per layer) by what the model's outputs gain with each layer alone kept
+float, where the backend measures it in its runtime (onnx), else by the SQNR each one loses, and moved back
+one at a time, the worst first, to the backend's fallback precisions in order (int16 activations where it has
 them, then float): reconvert, re-measure, and keep the step only if it moves the continuous budget
 metrics (all but top-1 agreement, which moves by whole samples; the output SQNR when only top-1 is
 budgeted) and brings the model closer to its budgets, by at least MIN_GAIN of the remaining gap or
@@ -42,6 +43,7 @@ SEARCH_FRACTION = 0.5  # of the calibration samples held out for the search to m
 MIN_INT8_SHARE = 0.8
 MAX_STEPS = 8
 MIN_LOSS_DB = 0.5  # layers losing less than this are not candidates
+MIN_GAIN_DB = 0.1  # nor layers whose measured gain kept float is less than this
 MIN_GAIN = 0.02  # a step must close at least this share of the remaining gap to the budgets
 # A step must also move the continuous budget metrics by this much (in budget widths: 1e-4 of cosine
 # for cosine=0.99; with top-1 agreement alone, the output SQNR, SQNR_DB_PER_WIDTH dB to a width), and
@@ -163,8 +165,9 @@ class Search:
         return trial, {k: _delta(v, self.values(best).get(k)) for k, v in self.values(trial).items()}
 
     def _ranked(self, m: Measurement, rank, tried: set) -> list[str]:
-        """The layers of `m` by the SQNR each loses, the worst first: model inputs, layers already
-        kept back and layers already tried left out."""
+        """The layers of `m` as ranked (by the measured gain of keeping each float, where the backend measures
+        it, else by the SQNR each loses): model inputs, layers already kept back and tried, and layers whose
+        measured gain is below MIN_GAIN_DB (or loss below MIN_LOSS_DB) left out."""
         started = time.perf_counter()
         ranked = rank(m)
         self.ranking_seconds += time.perf_counter() - started
@@ -172,11 +175,14 @@ class Search:
         seen = {o.layer for o in m.spec.overrides} | tried
         out = []
         for d in ranked:
-            if d.loss_db < MIN_LOSS_DB or d.layer.startswith("input ") or d.layer in seen:
+            small = d.gain_db < MIN_GAIN_DB if d.gain_db is not None else d.loss_db < MIN_LOSS_DB
+            if small or d.layer.startswith("input ") or d.layer in seen:
                 continue
             seen.add(d.layer)
             out.append(d.layer)
-        self.say(f"ranked {len(out)} layers losing ≥ {MIN_LOSS_DB} dB ({time.perf_counter() - started:.1f} s)")
+        measured = any(d.gain_db is not None for d in ranked)
+        what = f"gaining ≥ {MIN_GAIN_DB} dB kept float" if measured else f"losing ≥ {MIN_LOSS_DB} dB"
+        self.say(f"ranked {len(out)} layers {what} ({time.perf_counter() - started:.1f} s)")
         return out
 
     def _greedy(self, best: Measurement, measure, rank) -> StopReason:

@@ -29,13 +29,15 @@ def attributed(fmt: str) -> bool:
 
 def attribute(artifact_path: str, source: str, *, source_options=None, eval_data: str | None = None,
               calibration=None, method: str = "minmax", bias_correction: bool = False,
-              smooth_quant: bool = False, progress=None, model=None, float_path: str | None = None) -> list[LayerDrift]:
+              smooth_quant: bool = False, progress=None, model=None, float_path: str | None = None,
+              gains: bool = False) -> list[LayerDrift]:
     """Rank the layers of the int8 artifact at `artifact_path` by the SQNR they lose (see the module doc).
 
     The float reference is `float_path` or the fp32 artifact of the same format, converted from `source` by
     the same route; for .pte it is the float exported program, and the int8 side is the PT2E model rebuilt
     with `calibration` (a CalibrationSpec), `method`, `bias_correction` and `smooth_quant`. `model` is
-    `source` already opened (edgekit.engine.pipeline.Sources), when the caller has it.
+    `source` already opened (edgekit.engine.pipeline.Sources), when the caller has it. With `gains`, what
+    keeping each layer float gains the outputs is measured where the format's tracer can (onnx).
     """
     say = progress or (lambda _msg: None)
     fmt = detect(artifact_path)
@@ -77,4 +79,4 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     with captured():
         return rank_layers(model, fmt, artifact_path, inputs, calibration=pte_calibration,
                            spec=QuantSpec("int8", method, bias_correction=bias_correction, smooth_quant=smooth_quant),
-                           float_path=float_path, say=say)
+                           float_path=float_path, gains=gains, say=say)

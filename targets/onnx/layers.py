@@ -6,12 +6,18 @@ float tensor of both models an output, `collect_activations` runs them on the sa
 Quantize→Dequantize) with the float tensor of the same name; `create_weight_matching` pairs each
 dequantized weight with its float original. The torch exporter records each node's module path
 (`pkg.torch.onnx.name_scopes`), which names the layer.
+
+With `gains`, each layer that holds a quantized weight is also measured end to end (`revert_gains`): the
+model's outputs with that layer alone reading float inputs and float weights, against the float model's.
+What a layer loses locally does not say what the outputs gain when it is kept back: a few dB lost early in
+a network whose later layers amplify it can matter more than a large loss next to the output.
 """
 
 from __future__ import annotations
 
 import ast
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +30,9 @@ QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 Q_INPUT, DQ_OUTPUT = "_QuantizeLinear_Input", "_DequantizeLinear_Output"
 
 
-def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[str, np.ndarray]):
-    """(traced ops of the QDQ model, {activation name: SQNR dB}) over the samples in `inputs`."""
+def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[str, np.ndarray], *, gains: bool = False):
+    """(traced ops of the QDQ model, {activation name: SQNR dB}) over the samples in `inputs`; with `gains`, each
+    op of a layer with a quantized weight carries what keeping that layer float gains (`revert_gains`)."""
     import onnx
     from onnxruntime.quantization.qdq_loss_debug import (collect_activations, create_activation_matching,
                                                          create_weight_matching,
@@ -53,7 +60,106 @@ def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[s
     weights = {name: sqnr_db(np.ravel(m["float"]), np.ravel(m["dequantized"]))
                for name, m in create_weight_matching(float_path, quant_path).items()}
     inputs_quantized = [Traced(f"input {name}", "QuantizeLinear", name, ()) for name in graph_inputs if name in sqnr]
-    return inputs_quantized + _traced(onnx.load(quant_path, load_external_data=False), weights), sqnr
+    traced = _traced(onnx.load(quant_path, load_external_data=False), weights)
+    if gains:
+        measured = revert_gains(float_path, quant_path, signature, samples,
+                                {t.layer for t in traced if t.weight_sqnr_db is not None})
+        traced = [replace(t, gain_db=measured.get(t.layer)) for t in traced]
+    return inputs_quantized + traced, sqnr
+
+
+def revert_gains(float_path: str, quant_path: str, signature: Signature, samples: list[dict],
+                 layers: set[str]) -> dict[str, float]:
+    """{layer: dB} the worst output's SQNR against the float model gains on `samples` when that layer alone
+    reads float: each activation input of its nodes taken before its QuantizeLinear, each weight and bias as
+    the float model holds it (the dequantized value where the float model has no initializer of that name)."""
+    import onnx
+
+    model = onnx.load(quant_path)
+    floats = {i.name: i for i in onnx.load(float_path).graph.initializer}
+    weights = {i.name for i in model.graph.initializer}
+    nodes: dict[str, list[int]] = {}
+    for index, node in enumerate(model.graph.node):
+        if node.op_type not in QDQ_OPS:
+            nodes.setdefault(layer_name(node, [n for n in node.input if n in weights]), []).append(index)
+    with tempfile.TemporaryDirectory(prefix="edgekit-revert-") as tmp:
+        reference = _outputs(float_path, signature, samples)
+        base = _worst_sqnr(reference, _outputs(quant_path, signature, samples))
+        out = {}
+        for layer in sorted(layers):
+            variant = _reverted(model, nodes.get(layer, []), floats)
+            if variant is None:
+                continue
+            path = str(Path(tmp) / "reverted.onnx")
+            onnx.save(variant, path)
+            out[layer] = _worst_sqnr(reference, _outputs(path, signature, samples)) - base
+    return out
+
+
+def _reverted(model, indices: list[int], floats: dict):
+    """A copy of the QDQ `model` whose nodes at `indices` read float inputs (see `revert_gains`), or None
+    when none of them reads a quantized tensor."""
+    from onnx import numpy_helper
+
+    producer = {o: n for n in model.graph.node for o in n.output}
+    inits = {i.name: i for i in model.graph.initializer}
+    variant, changed = None, False
+    for index in indices:
+        for k, name in enumerate(model.graph.node[index].input):
+            dq = producer.get(name)
+            if dq is None or dq.op_type != "DequantizeLinear":
+                continue
+            q = producer.get(dq.input[0])
+            if q is not None and q.op_type == "QuantizeLinear":
+                source = q.input[0]  # the activation before its quantization
+            elif dq.input[0] in inits:
+                source = dq.input[0].removesuffix("_quantized") + "_float"
+                original = floats.get(dq.input[0].removesuffix("_quantized"))
+                array = (numpy_helper.to_array(original) if original is not None
+                         else _dequantized(dq, inits)).astype(np.float32)
+                variant = variant or _copy(model)
+                if source not in {i.name for i in variant.graph.initializer}:
+                    variant.graph.initializer.append(numpy_helper.from_array(array, source))
+            else:
+                continue
+            variant = variant or _copy(model)
+            variant.graph.node[index].input[k] = source
+            changed = True
+    return variant if changed else None
+
+
+def _copy(model):
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+def _dequantized(dq, inits: dict) -> np.ndarray:
+    """The float value of a DequantizeLinear of a constant: (q - zero point) × scale, along its axis."""
+    from onnx import numpy_helper
+
+    q = numpy_helper.to_array(inits[dq.input[0]]).astype(np.float32)
+    scale = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float32)
+    zero = numpy_helper.to_array(inits[dq.input[2]]).astype(np.float32) if len(dq.input) > 2 and dq.input[2] else 0.0
+    if np.ndim(scale) == 1 and q.ndim > 1:
+        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
+        shape = [1] * q.ndim
+        shape[axis] = -1
+        scale, zero = scale.reshape(shape), np.reshape(zero, shape) if np.ndim(zero) == 1 else zero
+    return (q - zero) * scale
+
+
+def _outputs(path: str, signature: Signature, samples: list[dict]) -> list[np.ndarray]:
+    """Each output of the model at `path`, the samples stacked."""
+    runner = OnnxRunner(path, signature)
+    runs = [runner.run(s) for s in samples]
+    return [np.stack([r[j] for r in runs]) for j in range(len(runs[0]))]
+
+
+def _worst_sqnr(reference: list[np.ndarray], actual: list[np.ndarray]) -> float:
+    return min(sqnr_db(r, a) for r, a in zip(reference, actual))
 
 
 def _traced(model, weights: dict[str, float]) -> list[Traced]:

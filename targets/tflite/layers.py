@@ -69,8 +69,9 @@ def layer_name(names: list[str], fallback: str) -> str:
     return next((part for name in names for part in name.split(";") if "/" in part), fallback)
 
 
-def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[str, np.ndarray]):
-    """(traced ops of the int8 model, {tensor key: SQNR dB}) over the samples in `inputs`."""
+def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[str, np.ndarray], *, gains: bool = False):
+    """(traced ops of the int8 model, {tensor key: SQNR dB}) over the samples in `inputs`. `gains` are not
+    measured here (the interpreter runs the int8 .tflite as written: no op of it can be run float alone)."""
     ref, qnt = _Traced(float_path, signature), _Traced(quant_path, signature)
     keys, traced = _keys(ref, qnt, _align(ref, qnt), signature.input_names)
     sums = SqnrSums()
