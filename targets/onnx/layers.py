@@ -60,10 +60,11 @@ def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[s
     weights = {name: sqnr_db(np.ravel(m["float"]), np.ravel(m["dequantized"]))
                for name, m in create_weight_matching(float_path, quant_path).items()}
     inputs_quantized = [Traced(f"input {name}", "QuantizeLinear", name, ()) for name in graph_inputs if name in sqnr]
-    traced = _traced(onnx.load(quant_path, load_external_data=False), weights)
+    quantized = onnx.load(quant_path, load_external_data=False)
+    traced = _traced(quantized, weights)
     if gains:
         measured = revert_gains(float_path, quant_path, signature, samples,
-                                {t.layer for t in traced if t.weight_sqnr_db is not None})
+                                {layer for layer, weighted in _layers(quantized).values() if weighted})
         traced = [replace(t, gain_db=measured.get(t.layer)) for t in traced]
     return inputs_quantized + traced, sqnr
 
@@ -72,16 +73,15 @@ def revert_gains(float_path: str, quant_path: str, signature: Signature, samples
                  layers: set[str]) -> dict[str, float]:
     """{layer: dB} the worst output's SQNR against the float model gains on `samples` when that layer alone
     reads float: each activation input of its nodes taken before its QuantizeLinear, each weight and bias as
-    the float model holds it (the dequantized value where the float model has no initializer of that name)."""
+    the float model holds it. A layer whose constants the float model does not hold by name is not measured
+    (its bias, corrected for the int8 model's errors, would be wrong in a float copy of the layer)."""
     import onnx
 
     model = onnx.load(quant_path)
     floats = {i.name: i for i in onnx.load(float_path).graph.initializer}
-    weights = {i.name for i in model.graph.initializer}
     nodes: dict[str, list[int]] = {}
-    for index, node in enumerate(model.graph.node):
-        if node.op_type not in QDQ_OPS:
-            nodes.setdefault(layer_name(node, [n for n in node.input if n in weights]), []).append(index)
+    for index, (layer, _weighted) in _layers(model).items():
+        nodes.setdefault(layer, []).append(index)
     with tempfile.TemporaryDirectory(prefix="edgekit-revert-") as tmp:
         reference = _outputs(float_path, signature, samples)
         base = _worst_sqnr(reference, _outputs(quant_path, signature, samples))
@@ -98,34 +98,54 @@ def revert_gains(float_path: str, quant_path: str, signature: Signature, samples
 
 def _reverted(model, indices: list[int], floats: dict):
     """A copy of the QDQ `model` whose nodes at `indices` read float inputs (see `revert_gains`), or None
-    when none of them reads a quantized tensor."""
-    from onnx import numpy_helper
+    when none of them reads a quantized tensor or a quantized constant of theirs has no float original by
+    its name in `floats` (not measured, then). An activation is read before its rounding but within its
+    quantized range (a Clip to it): onnxruntime folds a Relu or a Clip into the range of the Quantize after
+    the op it follows, so the tensor before the Quantize was never clamped."""
+    from onnx import helper, numpy_helper
 
     producer = {o: n for n in model.graph.node for o in n.output}
     inits = {i.name: i for i in model.graph.initializer}
-    variant, changed = None, False
-    for index in indices:
+    variant = _copy(model)
+    changed = False
+    for index in sorted(indices, reverse=True):  # an inserted Clip shifts only the nodes after it
         for k, name in enumerate(model.graph.node[index].input):
             dq = producer.get(name)
             if dq is None or dq.op_type != "DequantizeLinear":
                 continue
             q = producer.get(dq.input[0])
+            original = floats.get(dq.input[0].removesuffix("_quantized"))
             if q is not None and q.op_type == "QuantizeLinear":
-                source = q.input[0]  # the activation before its quantization
-            elif dq.input[0] in inits:
+                source, (low, high) = f"{name}_reverted", _range(dq, inits)
+                bounds = [numpy_helper.from_array(np.array(v, np.float32), f"{source}_{side}")
+                          for v, side in ((low, "min"), (high, "max"))]
+                variant.graph.initializer.extend(bounds)
+                variant.graph.node.insert(index, helper.make_node("Clip", [q.input[0], *(b.name for b in bounds)], [source]))
+            elif dq.input[0] in inits and original is not None:
                 source = dq.input[0].removesuffix("_quantized") + "_float"
-                original = floats.get(dq.input[0].removesuffix("_quantized"))
-                array = (numpy_helper.to_array(original) if original is not None
-                         else _dequantized(dq, inits)).astype(np.float32)
-                variant = variant or _copy(model)
                 if source not in {i.name for i in variant.graph.initializer}:
-                    variant.graph.initializer.append(numpy_helper.from_array(array, source))
+                    variant.graph.initializer.append(numpy_helper.from_array(
+                        numpy_helper.to_array(original).astype(np.float32), source))
+            elif dq.input[0] in inits:  # a constant the float model does not hold by that name: its bias may be
+                return None  # corrected for the int8 model's errors, which a float copy of the layer no longer has
             else:
                 continue
-            variant = variant or _copy(model)
-            variant.graph.node[index].input[k] = source
+            consumer = next(n for n in variant.graph.node if n.name == model.graph.node[index].name
+                            and list(n.output) == list(model.graph.node[index].output))
+            consumer.input[k] = source
             changed = True
     return variant if changed else None
+
+
+def _range(dq, inits: dict) -> tuple[float, float]:
+    """The float range a per-tensor DequantizeLinear can give: its integer type's ends, dequantized."""
+    from onnx import numpy_helper
+
+    scale = float(np.ravel(numpy_helper.to_array(inits[dq.input[1]]))[0])
+    zero = numpy_helper.to_array(inits[dq.input[2]]) if len(dq.input) > 2 and dq.input[2] in inits else np.uint8(0)
+    info = np.iinfo(zero.dtype)
+    z = float(np.ravel(zero)[0])
+    return (info.min - z) * scale, (info.max - z) * scale
 
 
 def _copy(model):
@@ -134,21 +154,6 @@ def _copy(model):
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     return copy
-
-
-def _dequantized(dq, inits: dict) -> np.ndarray:
-    """The float value of a DequantizeLinear of a constant: (q - zero point) × scale, along its axis."""
-    from onnx import numpy_helper
-
-    q = numpy_helper.to_array(inits[dq.input[0]]).astype(np.float32)
-    scale = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float32)
-    zero = numpy_helper.to_array(inits[dq.input[2]]).astype(np.float32) if len(dq.input) > 2 and dq.input[2] else 0.0
-    if np.ndim(scale) == 1 and q.ndim > 1:
-        axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
-        shape = [1] * q.ndim
-        shape[axis] = -1
-        scale, zero = scale.reshape(shape), np.reshape(zero, shape) if np.ndim(zero) == 1 else zero
-    return (q - zero) * scale
 
 
 def _outputs(path: str, signature: Signature, samples: list[dict]) -> list[np.ndarray]:
@@ -162,29 +167,39 @@ def _worst_sqnr(reference: list[np.ndarray], actual: list[np.ndarray]) -> float:
     return min(sqnr_db(r, a) for r, a in zip(reference, actual))
 
 
-def _traced(model, weights: dict[str, float]) -> list[Traced]:
-    produced_by_dq = {}
-    for node in model.graph.node:
-        if node.op_type == "DequantizeLinear":
-            produced_by_dq[node.output[0]] = node.input[0]
+def _base(name: str) -> str:
+    return name.removesuffix(DQ_OUTPUT).removesuffix(Q_INPUT)
+
+
+def _layers(model) -> dict[int, tuple[str, bool]]:
+    """{node index: (its layer, as `layer_name` names it from the node and its weights' names; whether it reads
+    a quantized constant)} for every node of the QDQ `model` but the Quantize/DequantizeLinear ones."""
+    produced_by_dq = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
     initializers = {i.name for i in model.graph.initializer}
-
-    def base(name: str) -> str:
-        return name.removesuffix(DQ_OUTPUT).removesuffix(Q_INPUT)
-
-    out = []
-    for node in model.graph.node:
+    out = {}
+    for index, node in enumerate(model.graph.node):
         if node.op_type in QDQ_OPS or not node.output:
             continue
+        quantized = [n for n in node.input if _is_weight(n, produced_by_dq, initializers)]
+        names = [_base(n) for n in node.input if n in quantized or n in initializers]
+        out[index] = (layer_name(node, names), bool(quantized))
+    return out
+
+
+def _traced(model, weights: dict[str, float]) -> list[Traced]:
+    produced_by_dq = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    initializers = {i.name for i in model.graph.initializer}
+    out = []
+    for index, (layer, _weighted) in _layers(model).items():
+        node = model.graph.node[index]
         acts, weight = [], None
         for name in node.input:
-            b = base(name)
+            b = _base(name)
             if b in weights and weight is None:
                 weight = weights[b]
             elif name and name not in initializers and not _is_weight(name, produced_by_dq, initializers):
                 acts.append(b)
-        weight_names = [base(n) for n in node.input if _is_weight(n, produced_by_dq, initializers) or n in initializers]
-        out.append(Traced(layer_name(node, weight_names), node.op_type, base(node.output[0]), tuple(acts), weight))
+        out.append(Traced(layer, node.op_type, _base(node.output[0]), tuple(acts), weight))
     return out
 
 
