@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgekit.core import io_params
-from edgekit.core.artifact import CalibrationRecord
+from edgekit.core.artifact import BEFORE_LOWERING, IN_RUNTIME, CalibrationRecord
 from edgekit.core.quant import Method
 from edgekit.calibration.sources import CalibrationSpec
 from edgekit.core.errors import BadInput
@@ -58,6 +58,15 @@ def test_auto_lists_every_candidate_and_keeps_the_least_drift(digits_int8_auto):
         assert r.artifact.meta.quantization.bias_correction == best.bias_correction
         assert cal.held_out_samples == 40 and cal.samples == 160  # 20% of 200 held out
         assert all(0.9 < c.cosine <= 1 for c in cal.candidates)
+        if target in ("tflite", "executorch"):
+            # PT2E: one calibration pass for the six candidates, ranked by their quantized graphs in torch; only
+            # the kept one is lowered, and its verdict is its runtime's
+            assert cal.calibration_passes == 1
+            assert {c.measured_on for c in cal.candidates} == {BEFORE_LOWERING}
+            assert r.verdict.status == "pass" and r.verdict.metrics["output_0"]["cosine"] >= 0.99
+        else:
+            assert {c.measured_on for c in cal.candidates} == {IN_RUNTIME}
+        assert CalibrationRecord.from_json(json.loads(json.dumps(cal.to_json()))) == cal
 
 
 @pytest.mark.parametrize("precision", ["int8-dynamic", "fp16"])

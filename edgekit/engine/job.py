@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgekit.calibration import smooth_quant
-from edgekit.core.artifact import CalibrationCandidate, CalibrationRecord, ModelArtifact
+from edgekit.core.artifact import BEFORE_LOWERING, IN_RUNTIME, CalibrationCandidate, CalibrationRecord, ModelArtifact
 from edgekit.engine.build import Intermediates, Progress, build, place
 from edgekit.calibration.data import SampleSet
 from edgekit.core.errors import ConversionFailed
@@ -161,34 +161,82 @@ class TargetJob:
         linears reading a normalization; a pass asked for is on in every candidate); keep the one with
         the least drift on held-out samples. Returns its artifact, its spec and `calibration` with the
         candidates. A candidate the backend fails on is recorded with its error and left out. The candidates
-        share their work where the backend can (ConvertContext.reuse; ONNX: one calibration pass for every
-        method, recorded as `calibration_passes`)."""
+        share their work where the backend can (ConvertContext.reuse: one calibration pass for every method on
+        ONNX and PT2E, recorded as `calibration_passes`). Where the converter measures before lowering (PT2E:
+        tflite from torch, executorch), the candidates are ranked by their quantized graphs' outputs and only
+        the kept one is lowered (then verified in its runtime as any artifact); each candidate's record says
+        where it was measured."""
         held_out, held_ref = self.selection
+        early = route.quantizing == 0 and step.converter.measures_before_lowering
         tried, failed, reuse = [], [], Reuse()
-        methods = step.converter.capabilities.methods
         # a pass the request insists on is on in every candidate; the others are tried off and on
+        methods = step.converter.capabilities.methods
         base = replace(self.req.quant, method=methods[0], bias_correction=self.req.quant.bias_correction is True)
-        for spec in auto_specs(base, methods, self._passes(step.converter)):
-            method, passes = spec.method, [p for p in PASSES if getattr(spec, p)]
-            what = f"{target.name}: {method} calibration{''.join(' with ' + PASSES[p] for p in passes)}"
-            record = CalibrationCandidate(method, spec.bias_correction, spec.smooth_quant)
+        specs = auto_specs(base, methods, self._passes(step.converter))
+        if early:
+            self.say(f"{target.name}: ranking {len(specs)} candidates by their quantized graphs before lowering, "
+                     f"(the methods share one calibration pass)")
+        for spec in specs:
+            what = f"{target.name}: {spec.method} calibration{''.join(' with ' + PASSES[p] for p in _passes_of(spec))}"
+            record = CalibrationCandidate(spec.method, spec.bias_correction, spec.smooth_quant)
             try:
-                artifact = self._route(target, route, tmp / "+".join([method, *passes]), spec, reuse)
+                artifact, outputs = self._candidate(target, route, step, tmp, spec, reuse, early)
             except ConversionFailed as e:
                 failed.append((e, replace(record, error=e.message)))
                 self.say(f"{what}: failed ({e.message})")
                 continue
-            m = compare(held_ref, self._run(artifact, held_out)[0], {}).metrics["output_0"]
-            tried.append((artifact, spec, replace(record, sqnr_db=m["sqnr_db"], cosine=m.get("cosine"), max_abs=m["max_abs"])))
+            m = compare(held_ref, outputs, {}).metrics["output_0"]
+            tried.append((artifact, spec, replace(record, sqnr_db=m["sqnr_db"], cosine=m.get("cosine"), max_abs=m["max_abs"],
+                                                  measured_on=BEFORE_LOWERING if early else IN_RUNTIME)))
             shown = f"cosine {m['cosine']:.6f}" if "cosine" in m else f"max_abs {m['max_abs']:.6g}"  # a score: no cosine
-            self.say(f"{what}: {shown} on {len(held_out)} held-out samples")
-        if not tried:
+            where = " (its quantized graph, before lowering)" if early else ""
+            self.say(f"{what}: {shown} on {len(held_out)} held-out samples{where}")
+        ranked = sorted(tried, key=lambda t: _drift_rank(t[2]), reverse=True)  # stable: the first of equals
+        best = self._lower_kept(target, route, tmp, ranked, reuse, failed) if early else next(iter(ranked), None)
+        if best is None:
             raise failed[0][0]
-        best_artifact, best_spec, best = max(tried, key=lambda t: _drift_rank(t[2]))
-        return best_artifact, best_spec, replace(calibration, method=best.method, requested=Method.AUTO,
+        best_artifact, best_spec, chosen = best
+        gone = {_which(c) for _, c in failed}
+        return best_artifact, best_spec, replace(calibration, method=chosen.method, requested=Method.AUTO,
                                                  held_out_samples=len(held_out),
                                                  calibration_passes=reuse.calibration_passes or None,
-                                                 candidates=(*(c for _, _, c in tried), *(c for _, c in failed)))
+                                                 candidates=(*(c for _, _, c in tried if _which(c) not in gone),
+                                                             *(c for _, c in failed)))
+
+    def _candidate(self, target, route: Route, step, tmp: Path, spec: QuantSpec, reuse: Reuse, early: bool):
+        """(the candidate's artifact, or None when measured before lowering; its outputs on the held-out samples)."""
+        held_out = self.selection[0]
+        if not early:
+            artifact = self._route(target, route, tmp / _folder(spec), spec, reuse)
+            return artifact, self._run(artifact, held_out)[0]
+        ctx = ConvertContext(self.source, tmp, self.calib, spec, reuse)
+        with captured():
+            return None, step.converter().measure(self.source.artifact, ctx, held_out)
+
+    def _lower_kept(self, target, route: Route, tmp: Path, ranked: list, reuse: Reuse, failed: list):
+        """Lower the candidates ranked before lowering, the least drift first, until one lowers: (its artifact,
+        spec, record); each that does not goes to `failed` with its error. None when none lowers."""
+        for _, spec, record in ranked:
+            self.say(f"{target.name}: keeping {spec.method} calibration"
+                     f"{''.join(' with ' + PASSES[p] for p in _passes_of(spec))} (the least drift): lowering it")
+            try:
+                return self._route(target, route, tmp / _folder(spec), spec, reuse), spec, record
+            except ConversionFailed as e:
+                failed.append((e, replace(record, error=f"lowering failed: {e.message}")))
+                self.say(f"{target.name}: lowering it failed ({e.message})")
+        return None
+
+
+def _passes_of(spec: QuantSpec) -> list[str]:
+    return [p for p in PASSES if getattr(spec, p)]
+
+
+def _folder(spec: QuantSpec) -> str:
+    return "+".join([spec.method, *_passes_of(spec)])
+
+
+def _which(candidate: CalibrationCandidate) -> tuple:
+    return candidate.method, candidate.bias_correction, candidate.smooth_quant
 
 
 def _drift_rank(candidate: CalibrationCandidate) -> tuple:
