@@ -182,7 +182,7 @@ class TargetJob:
         specs = auto_specs(base, methods, self._passes(step.converter))
         if early:
             self.say(f"{target.name}: ranking {len(specs)} candidates by their quantized graphs before lowering "
-                     f"(the methods share one calibration pass)")
+                     f"(the methods share their calibration pass)")
         for spec in specs:
             record = CalibrationCandidate(spec.method, spec.bias_correction, spec.smooth_quant)
             try:
