@@ -6,7 +6,7 @@ With `ctx.reuse` (auto's candidates), the model is calibrated once for every met
 (edgekit.calibration.pt2e_statistics, counted in `Reuse.calibration_passes`) and each candidate's
 quantized graph is made once, under a key naming what it depends on; `auto` ranks the candidates by those
 graphs' outputs in torch (edgekit.calibration.pt2e_statistics.outputs, through the converters'
-`quantized_outputs`) and lowers only the one it keeps, from the same graph.
+`quantized_outputs`) and lowers only the best and those close to it, from the same graphs.
 """
 
 from __future__ import annotations
