@@ -26,8 +26,8 @@ BEFORE_LOWERING = "the quantized graph before lowering"  # a PT2E graph in torch
 @dataclass(frozen=True)
 class CalibrationCandidate:
     """One method `auto` tried: the spec's method and passes, and its drift on the held-out samples with where
-    it was measured (IN_RUNTIME, or BEFORE_LOWERING: only the kept candidate is lowered and verified in its
-    runtime), or the error that left it out (a candidate the backend failed on)."""
+    it was measured (IN_RUNTIME, or BEFORE_LOWERING: a PT2E candidate not close enough to the best to be
+    lowered), or the error that left it out (a candidate the backend failed on)."""
 
     method: Method
     bias_correction: bool
