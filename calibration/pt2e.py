@@ -12,6 +12,10 @@ chooses the activation observer:
                                       of both backends' configs)
 
 Entropy has no PT2E observer, so these backends refuse it (see METHODS).
+
+`--calib-method auto` prepares the model once with a RangeObserver at every activation instead: a
+HistogramObserver, whose exact min and max and histogram of every value seen give each method's range
+(see edgekit.calibration.pt2e_statistics).
 """
 
 from __future__ import annotations
@@ -39,23 +43,36 @@ CAPABILITIES = Capabilities(methods=METHODS, int8_io=True, fallbacks=("float",),
 PERCENTILE = 99.999  # onnxruntime's Percentile calibrator's default, so that both mean the same
 
 
+EVERY = "every"  # configure's method for a RangeObserver: one calibration for every method (auto)
+
+
 def _observer(method: str):
     from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
 
+    if method == EVERY:
+        return range_observer()
     return {"minmax": MinMaxObserver, "percentile": percentile_observer(), "mse": HistogramObserver}[method]
 
 
 @functools.cache
-def percentile_observer():
-    """The percentile observer class, defined on demand (no torch import with this module)."""
+def range_observer():
+    """The RangeObserver class, defined on demand (no torch import with this module)."""
     import torch
     from torchao.quantization.pt2e.observer import HistogramObserver
 
-    class PercentileObserver(HistogramObserver):
-        """HistogramObserver's histogram of every value seen; the range is cut where PERCENTILE percent
-        of the values lie on its inner side, at each end, instead of by its L2 search."""
+    class RangeObserver(HistogramObserver):
+        """HistogramObserver's statistics (the exact min and max of every value seen, and their histogram),
+        and the range of whichever method `method` names: minmax (the min and max, as MinMaxObserver's),
+        percentile (the histogram cut where PERCENTILE percent of the values lie on its inner side, at each
+        end) or mse (HistogramObserver's own L2 search). Set `method` before convert_pt2e."""
+
+        method = "mse"
 
         def _non_linear_param_search(self):
+            if self.method == "minmax":
+                return self.min_val, self.max_val
+            if self.method == "mse":
+                return super()._non_linear_param_search()
             total = self.histogram.sum()
             if total <= 0:
                 return self.min_val, self.max_val
@@ -65,13 +82,26 @@ def percentile_observer():
             width = (self.max_val - self.min_val) / self.bins
             return self.min_val + width * low, torch.minimum(self.min_val + width * (high + 1), self.max_val)
 
+    return RangeObserver
+
+
+@functools.cache
+def percentile_observer():
+    """The percentile observer class, defined on demand (no torch import with this module)."""
+
+    class PercentileObserver(range_observer()):
+        """HistogramObserver's histogram of every value seen; the range is cut where PERCENTILE percent
+        of the values lie on its inner side, at each end, instead of by its L2 search."""
+
+        method = "percentile"
+
     return PercentileObserver
 
 
 def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic: bool, per_channel: bool = True):
     """Set the backend `quantizer`'s global config: symmetric int8 (weights per channel unless
-    `per_channel` is False) with the method's observer. Quantize with `edgekit_quantizer(quantizer,
-    ...)`, which adds edgekit's patterns."""
+    `per_channel` is False) with the method's observer (EVERY: a RangeObserver). Quantize with
+    `edgekit_quantizer(quantizer, ...)`, which adds edgekit's patterns."""
     config = get_config(is_per_channel=per_channel, is_dynamic=dynamic)
     if not dynamic:
         # The config classes are frozen dataclasses: replace the activation observer.
@@ -103,19 +133,27 @@ def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, e
     `calibration` is None for dynamic quantization: activations are quantized at run time, and one
     run on `example_args` only traces the observers.
     """
+    prepared = observe(module, quantizer, calibration, input_names, example_args=example_args, smooth=smooth)
+    correct_biases = correct_biases and calibration is not None
+    weights = bias_correction.float_weights(prepared) if correct_biases else None
+    return finish(prepared, fold_quantize, calibration if correct_biases else None, input_names, weights)
+
+
+def observe(module, quantizer, calibration: SampleSet | None, input_names, *, example_args: tuple, smooth: bool = False):
+    """(SmoothQuant →) prepare_pt2e → the calibration samples (or `example_args` once, with None) run through
+    the observers: the prepared GraphModule, ready for convert_pt2e."""
     import torch
     from torchao.quantization.pt2e import move_exported_model_to_eval
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
 
-    def sample(i: int) -> list:
-        return [torch.from_numpy(np.array(calibration.inputs[n][i], copy=True)) for n in input_names]
-
-    correct_biases = correct_biases and calibration is not None
     # The exported program's module() shares its parameters with the source model, and SmoothQuant and bias
     # correction change weights and biases in place: on a copy, or the next target of the run would convert
     # the changed model.
     module = copy.deepcopy(module)
     if calibration is not None and isinstance(quantizer, EdgeQuantizer):
+        def sample(i: int) -> list:
+            return sample_args(calibration, input_names, i)
+
         smoothed = smooth_quant.smooth_pt2e(module, (sample(i) for i in range(len(calibration)))) if smooth else []
         quantizer.keep_float = mixed_scale_cats(module, [sample(i) for i in range(min(len(calibration), 8))]) | set(smoothed)
     prepared = prepare_pt2e(module, quantizer)
@@ -124,14 +162,29 @@ def quantize(module, quantizer, calibration: SampleSet | None, input_names, *, e
         if calibration is None:
             _run_naming_node(prepared, example_args)
         for i in range(len(calibration) if calibration is not None else 0):
-            _run_naming_node(prepared, sample(i))
-    weights = bias_correction.float_weights(prepared) if correct_biases else None
+            _run_naming_node(prepared, sample_args(calibration, input_names, i))
+    return prepared
+
+
+def finish(prepared, fold_quantize: bool, correction: SampleSet | None = None, input_names=(), weights=None):
+    """convert_pt2e of the observed `prepared` graph (→ bias correction on the `correction` samples, `weights`
+    being `bias_correction.float_weights(prepared)`): the quantized GraphModule, in eval mode."""
+    from torchao.quantization.pt2e import move_exported_model_to_eval
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e
+
     converted = convert_pt2e(prepared, fold_quantize=fold_quantize)
     move_exported_model_to_eval(converted)
-    if correct_biases:
-        bias_correction.correct(converted, weights, (sample(i) for i in range(len(calibration))))
+    if correction is not None:
+        bias_correction.correct(converted, weights, (sample_args(correction, input_names, i) for i in range(len(correction))))
     converted.training = False  # exported modules refuse .eval(); converters read .training
     return converted
+
+
+def sample_args(samples: SampleSet, input_names, i: int) -> list:
+    """The `i`-th sample as the model's positional tensors (copies: torch keeps no view of the arrays)."""
+    import torch
+
+    return [torch.from_numpy(np.array(samples.inputs[n][i], copy=True)) for n in input_names]
 
 
 def _run_naming_node(prepared, args) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -46,8 +47,9 @@ class Reuse:
     """What the int8 conversions of one target share when a run makes several from the same calibration
     samples (`auto`'s candidates, a search's steps): a converter keeps there the work another conversion
     would repeat (ONNX: the pre-processed model, the activation statistics every method's ranges come from,
-    the quantized model before bias correction), under a key naming what that work depends on, and counts
-    its passes over the calibration samples, which `auto`'s record reports."""
+    the quantized model before bias correction; PT2E: the model observed once for every method, each
+    candidate's quantized graph), under a key naming what that work depends on, and counts its passes over
+    the calibration samples, which `auto`'s record reports."""
 
     kept: dict = field(default_factory=dict)
     calibration_passes: int = 0  # statistics collected by running the float model over the samples
@@ -83,6 +85,7 @@ class Converter:
     cost: ClassVar[float] = 1.0
     tools: ClassVar[tuple[str, ...]] = ()  # modules whose versions go in the report
     capabilities: ClassVar[Capabilities] = Capabilities()  # what its int8 can express (edgekit.core.quant)
+    measures_before_lowering: ClassVar[bool] = False  # has quantized_outputs: auto ranks candidates without lowering
 
     @classmethod
     def missing(cls) -> tuple[str, ...]:
@@ -104,6 +107,18 @@ class Converter:
         converter instead: that checks input and output, records time and versions, and names it in failures."""
         raise NotImplementedError
 
+    def quantized_outputs(self, src: ModelArtifact, ctx: ConvertContext, samples: "SampleSet") -> list:
+        """For a converter that `measures_before_lowering`: the outputs on `samples` (one array per output, the
+        samples stacked) of `src` quantized as ctx.spec says, before it is lowered to the target format, so
+        that `auto` can rank its candidates and lower only the one it keeps (their work shared through
+        ctx.reuse). Call `measure` instead: that names the converter in failures."""
+        raise NotImplementedError
+
+    def measure(self, src: ModelArtifact, ctx: ConvertContext, samples: "SampleSet") -> list:
+        """`quantized_outputs`, its failures named as a conversion's are."""
+        with self._failures():
+            return self.quantized_outputs(src, ctx, samples)
+
     def __call__(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         if node_of(src.format) != self.source:
             raise ConversionFailed(f"expects a {self.source} model, got {src.format}", converter=self.name)
@@ -112,8 +127,22 @@ class Converter:
         if self.missing():
             raise MissingDependency(f"the {self.source} → {self.target} converter", self.extra, self.missing())
         started = time.perf_counter()
-        try:
+        with self._failures():
             out = self.convert(src, out_path, precision, ctx)
+        self._ensure(out)
+        return out.noting(
+            seconds=round((src.meta.seconds or 0) + time.perf_counter() - started, 3),  # the whole route's
+            tool_versions={**out.meta.tool_versions, **versions(self.tools)},
+            route=(*(src.meta.route or (src.format,)), out.format),
+            **{k: getattr(src.meta, k) for k in CARRIED if getattr(out.meta, k) is None},
+        )
+
+    @contextmanager
+    def _failures(self):
+        """A library's exception in the block becomes a ConversionFailed naming this converter (an environment
+        problem, the error that says so); edgekit's own errors pass as they are."""
+        try:
+            yield
         except EdgekitError:
             raise
         except Exception as e:
@@ -128,13 +157,6 @@ class Converter:
                 fix=f"the model uses something the {self.target} toolchain cannot lower; "
                     "try another target (edgekit graph lists them) or rewrite that part of the model",
             ) from e
-        self._ensure(out)
-        return out.noting(
-            seconds=round((src.meta.seconds or 0) + time.perf_counter() - started, 3),  # the whole route's
-            tool_versions={**out.meta.tool_versions, **versions(self.tools)},
-            route=(*(src.meta.route or (src.format,)), out.format),
-            **{k: getattr(src.meta, k) for k in CARRIED if getattr(out.meta, k) is None},
-        )
 
     def _ensure(self, out: ModelArtifact) -> None:
         if out.format != self.target:

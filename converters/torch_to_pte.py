@@ -14,7 +14,9 @@ from pathlib import Path
 from edgekit.core import io_params
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import ConversionFailed, first_line
-from edgekit.calibration import pt2e
+from edgekit.calibration import pt2e, pt2e_statistics
+from edgekit.calibration.data import SampleSet
+from edgekit.converters import pt2e_int8
 from edgekit.converters.base import ConvertContext, Converter
 
 
@@ -27,6 +29,7 @@ class TorchToPte(Converter):
     target = "pte"
     precisions = ("fp32", "fp16", "int8", "int8-dynamic")
     capabilities = pt2e.CAPABILITIES
+    measures_before_lowering = True  # auto ranks its candidates by their PT2E graphs (quantized_outputs)
     extra = "executorch"
     cost = 1.0
     tools = ("torch", "executorch", "torchao")
@@ -46,8 +49,8 @@ class TorchToPte(Converter):
             program = torch.export.export(_fp16_wrapper()(copy.deepcopy(source.exported().module())), args)
         else:
             dynamic = precision == "int8-dynamic"
-            quantized = quantize_int8(source, None if dynamic else ctx.calibration, ctx.spec,
-                                      src.signature.input_names, dynamic=dynamic, example_args=args)
+            _, quantized = pt2e_int8.quantized_graph(src, ctx, *_xnnpack(), "xnnpack", dynamic=dynamic,
+                                                     example_args=args)
             program = torch.export.export(quantized, args)
             if ctx.spec.int8_io and not dynamic:
                 files.append(str(_integer_io(program, src, out_path)))
@@ -55,6 +58,11 @@ class TorchToPte(Converter):
         out_path.write_bytes(lowered.to_executorch(_backend_config(precision)).buffer)
         return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files),
                              meta=ArtifactMeta(outside_delegate=tuple(left_out)))
+
+    def quantized_outputs(self, src: ModelArtifact, ctx: ConvertContext, samples: SampleSet) -> list:
+        """The outputs on `samples` of the PT2E graph `convert` would lower for ctx.spec, in torch."""
+        _, graph = pt2e_int8.quantized_graph(src, ctx, *_xnnpack(), "xnnpack")
+        return pt2e_statistics.outputs(graph, src, samples)
 
 
 MAX_LEFT_OUT = 8  # layers lowering may leave out of the XNNPACK delegate before it gives up
@@ -133,22 +141,23 @@ def _failing_node(error: BaseException):
     return found
 
 
-def quantize_int8(source, calibration, spec, input_names, *, dynamic: bool = False, example_args=None):
-    """The PT2E-quantized GraphModule an int8 .pte is lowered from: XNNPACKQuantizer, symmetric
-    int8 as `spec` (a QuantSpec) says, its method's activation observer, its float layers left float,
-    calibrated on `calibration` (None if dynamic). Shared with edgekit.engine.pte_layers, which
-    attributes drift on this very graph."""
+def quantize_int8(source, calibration, spec):
+    """The PT2E-quantized GraphModule a static int8 .pte of `source` is lowered from: XNNPACKQuantizer,
+    symmetric int8 as `spec` (a QuantSpec) says, its method's activation observer, its float layers left
+    float, calibrated on `calibration`. Shared with edgekit.engine.pte_layers, which attributes drift on this
+    very graph."""
+    ctx = ConvertContext(source, Path(), calibration, spec)
+    return pt2e_int8.quantized_graph(source.artifact, ctx, *_xnnpack(), "xnnpack")[1]
+
+
+def _xnnpack():
+    """(a new XNNPACKQuantizer, its symmetric config function)."""
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
         XNNPACKQuantizer,
         get_symmetric_quantization_config,
     )
 
-    quantizer = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config, method=spec.method,
-                               dynamic=dynamic, per_channel=spec.granularity == "per_channel")
-    args = source.example_args() if example_args is None else example_args
-    quantizer = pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config, "xnnpack", spec.layers("float"))
-    return pt2e.quantize(source.exported().module(), quantizer, calibration, input_names, example_args=args,
-                         fold_quantize=True, correct_biases=spec.bias_correction, smooth=spec.smooth_quant)
+    return XNNPACKQuantizer(), get_symmetric_quantization_config
 
 
 def _backend_config(precision: str):

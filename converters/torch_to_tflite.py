@@ -8,7 +8,9 @@ from pathlib import Path
 
 from edgekit.calibration.tflite_io import float_io
 from edgekit.core.artifact import ModelArtifact
-from edgekit.calibration import pt2e
+from edgekit.calibration import pt2e, pt2e_statistics
+from edgekit.calibration.data import SampleSet
+from edgekit.converters import pt2e_int8
 from edgekit.converters.base import ConvertContext, Converter
 
 
@@ -21,6 +23,7 @@ class TorchToTflite(Converter):
     target = "tflite"
     precisions = ("fp32", "fp16", "int8", "int8-dynamic")
     capabilities = pt2e.CAPABILITIES
+    measures_before_lowering = True  # auto ranks its candidates by their PT2E graphs (quantized_outputs)
     extra = "tflite"
     cost = 1.0
     tools = ("torch", "litert_torch", "ai_edge_litert", "torchao", "ai_edge_quantizer")
@@ -45,14 +48,8 @@ class TorchToTflite(Converter):
 
             dynamic = precision == "int8-dynamic"
             spec = ctx.spec
-            quantizer = pt2e.configure(PT2EQuantizer(), get_symmetric_quantization_config, method=spec.method,
-                                       dynamic=dynamic, per_channel=spec.granularity == "per_channel")
-            # fold_quantize=False: litert lowers the weights' quantize/dequantize pairs itself.
-            ours = pt2e.edgekit_quantizer(quantizer, get_symmetric_quantization_config, "tflite",
-                                          spec.layers("float"))
-            quantized = pt2e.quantize(module, ours, None if dynamic else ctx.calibration,
-                                      src.signature.input_names, example_args=args, fold_quantize=False,
-                                      correct_biases=spec.bias_correction, smooth=spec.smooth_quant)
+            quantizer, quantized = pt2e_int8.quantized_graph(src, ctx, PT2EQuantizer(), get_symmetric_quantization_config,
+                                                             "tflite", dynamic=dynamic, example_args=args)
             with _strict_qdq(bool(spec.layers("float"))):
                 model = litert_torch.convert(quantized, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
             raw = ctx.work_dir / f"{out_path.stem}.pt2e.tflite"
@@ -62,6 +59,13 @@ class TorchToTflite(Converter):
             _int8_float_leftovers(raw, out_path)
             raw.unlink()
         return ModelArtifact("tflite", str(out_path), src.signature, precision)
+
+    def quantized_outputs(self, src: ModelArtifact, ctx: ConvertContext, samples: SampleSet) -> list:
+        """The outputs on `samples` of the PT2E graph `convert` would lower for ctx.spec, in torch."""
+        from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
+
+        _, graph = pt2e_int8.quantized_graph(src, ctx, PT2EQuantizer(), get_symmetric_quantization_config, "tflite")
+        return pt2e_statistics.outputs(graph, src, samples)
 
 
 @contextmanager

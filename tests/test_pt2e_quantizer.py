@@ -175,3 +175,30 @@ def test_the_percentile_observer_cuts_the_rare_outliers_that_minmax_keeps():
 
     quantizer = pt2e.configure(XNNPACKQuantizer(), get_symmetric_quantization_config, method="percentile", dynamic=False)
     assert isinstance(quantizer.global_config.input_activation.observer_or_fake_quant_ctr(), percentile_observer())
+
+
+def test_one_range_observer_gives_each_methods_own_range():
+    """`auto` observes the calibration samples once (edgekit.calibration.pt2e_statistics): a RangeObserver set to
+    a method gives that method's own observer's scale and zero point on the same values."""
+    from torchao.quantization.pt2e.observer import HistogramObserver, MinMaxObserver
+
+    from edgekit.calibration.pt2e import percentile_observer, range_observer
+
+    torch.manual_seed(0)
+    batches = [torch.randn(250_000) * (1 + i) + i for i in range(4)]  # the range grows: the histogram is rebinned
+    batches[2][:3] = 40.0  # rare outliers: the three methods' ranges differ
+    kwargs = dict(dtype=torch.int8, qscheme=torch.per_tensor_affine, quant_min=-128, quant_max=127, eps=2 ** -12)
+    shared = range_observer()(**kwargs)
+    own = {"minmax": MinMaxObserver(**kwargs), "percentile": percentile_observer()(**kwargs),
+           "mse": HistogramObserver(**kwargs)}
+    for x in batches:
+        shared(x)
+        for observer in own.values():
+            observer(x)
+    scales = {}
+    for method, observer in own.items():
+        shared.method = method
+        (scale, zero), (want_scale, want_zero) = shared.calculate_qparams(), observer.calculate_qparams()
+        assert float(scale) == float(want_scale) and int(zero) == int(want_zero), method
+        scales[method] = float(scale)
+    assert len(set(scales.values())) == 3, scales

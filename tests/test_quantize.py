@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgekit.core import io_params
-from edgekit.core.artifact import CalibrationRecord
+from edgekit.core.artifact import BEFORE_LOWERING, IN_RUNTIME, CalibrationRecord
 from edgekit.core.quant import Method
 from edgekit.calibration.sources import CalibrationSpec
 from edgekit.core.errors import BadInput
@@ -53,11 +53,23 @@ def test_auto_lists_every_candidate_and_keeps_the_least_drift(digits_int8_auto):
         assert [(c.method, c.bias_correction) for c in cal.candidates] == [
             (m, b) for m in BACKEND_METHODS[target] for b in corrections]
         assert not any(c.smooth_quant for c in cal.candidates)  # no linears reading a normalization
-        best = max(cal.candidates, key=lambda c: c.sqnr_db)
-        assert cal.method == best.method
-        assert r.artifact.meta.quantization.bias_correction == best.bias_correction
         assert cal.held_out_samples == 40 and cal.samples == 160  # 20% of 200 held out
         assert all(0.9 < c.cosine <= 1 for c in cal.candidates)
+        decided = cal.candidates
+        if target in ("tflite", "executorch"):
+            # PT2E: one calibration pass for the six candidates, ranked by their quantized graphs in torch; the
+            # best and those close to it (two at most) are lowered, measured in the runtime, and it decides
+            assert cal.calibration_passes == 1
+            decided = [c for c in cal.candidates if c.measured_on == IN_RUNTIME]
+            before = [c for c in cal.candidates if c.measured_on == BEFORE_LOWERING]
+            assert 1 <= len(decided) <= 2 and len(before) == 6 - len(decided), cal.candidates
+            assert r.verdict.status == "pass" and r.verdict.metrics["output_0"]["cosine"] >= 0.99
+        else:
+            assert {c.measured_on for c in cal.candidates} == {IN_RUNTIME}
+        best = max(decided, key=lambda c: c.sqnr_db)
+        assert cal.method == best.method
+        assert r.artifact.meta.quantization.bias_correction == best.bias_correction
+        assert CalibrationRecord.from_json(json.loads(json.dumps(cal.to_json()))) == cal
 
 
 @pytest.mark.parametrize("precision", ["int8-dynamic", "fp16"])

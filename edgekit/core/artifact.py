@@ -18,10 +18,16 @@ CARRIED = ("int8_types", "opset_upgrade")
 REPORTED = ("quantization", "int8_types", "opset_upgrade", "outside_delegate", "search", "mobile_package", "reused")
 
 
+# Where `auto` measured a candidate's drift (CalibrationCandidate.measured_on).
+IN_RUNTIME = "the artifact in its runtime"
+BEFORE_LOWERING = "the quantized graph before lowering"  # a PT2E graph in torch, its int8 ops the reference ones
+
+
 @dataclass(frozen=True)
 class CalibrationCandidate:
-    """One method `auto` tried: the spec's method and passes, and its drift on the held-out samples, or the
-    error that left it out (a candidate the backend failed on)."""
+    """One method `auto` tried: the spec's method and passes, and its drift on the held-out samples with where
+    it was measured (IN_RUNTIME, or BEFORE_LOWERING: a PT2E candidate not close enough to the best to be
+    lowered), or the error that left it out (a candidate the backend failed on)."""
 
     method: Method
     bias_correction: bool
@@ -30,18 +36,19 @@ class CalibrationCandidate:
     cosine: float | None = None  # None for an output without one (a single score)
     max_abs: float | None = None
     error: str | None = None
+    measured_on: str | None = None  # IN_RUNTIME or BEFORE_LOWERING; None with an error
 
     def to_json(self) -> dict:
-        """method and passes; then the error, or the drift."""
+        """method and passes; then the error, or the drift and where it was measured."""
         out = {"method": self.method, "bias_correction": self.bias_correction, "smooth_quant": self.smooth_quant}
         return {**out, "error": self.error} if self.error is not None else {
-            **out, "sqnr_db": self.sqnr_db, "cosine": self.cosine, "max_abs": self.max_abs}
+            **out, "sqnr_db": self.sqnr_db, "cosine": self.cosine, "max_abs": self.max_abs, "measured_on": self.measured_on}
 
     @classmethod
     def from_json(cls, d: Mapping) -> "CalibrationCandidate":
         """Inverse of `to_json`."""
         return cls(Method(d["method"]), d["bias_correction"], d["smooth_quant"], d.get("sqnr_db"), d.get("cosine"),
-                   d.get("max_abs"), d.get("error"))
+                   d.get("max_abs"), d.get("error"), d.get("measured_on"))
 
 
 @dataclass(frozen=True)

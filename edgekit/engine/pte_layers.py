@@ -31,7 +31,7 @@ def quantized_module(source, calibration, spec):
     """The PT2E-quantized GraphModule the int8 .pte is lowered from (same calls as torch_to_pte);
     `spec` is a QuantSpec, or a calibration method's name for full int8."""
     spec = QuantSpec("int8", spec) if isinstance(spec, str) else spec
-    return quantize_int8(source, calibration, spec, source.signature.input_names)
+    return quantize_int8(source, calibration, spec)
 
 
 def trace(source, calibration, spec, inputs: dict[str, np.ndarray]):
