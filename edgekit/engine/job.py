@@ -131,7 +131,7 @@ class TargetJob:
 
         def rank(m: Measurement) -> list:
             traced = self.calib.head(min(SAMPLES, len(self.calib)))
-            say(f"ranking the layers of the model by the SQNR each loses on {len(traced)} calibration samples")
+            say(f"ranking the layers of the model on {len(traced)} calibration samples")
             artifact = m.artifact
             if artifact.format != "pte" and target.backend.trace_layers is None:  # an .ort: trace its int8 .onnx
                 artifact = self.shared.quantized(route, m.spec) or artifact
