@@ -38,30 +38,27 @@ class Intermediates:
     def key(self, route: Route, i: int, ctx: ConvertContext) -> tuple:
         """What makes the output of `route`'s first i+1 steps: the source format, each step's converter and
         precision, and the spec only from the quantizing step on (float prefixes are shared across specs)."""
-        steps = tuple((s.converter.name, s.precision) for s in route.steps[: i + 1])
         q = route.quantizing
-        return (route.source_format, steps, ctx.spec if q is not None and q <= i else None)
+        return _key(route, i, ctx.spec if q is not None and q <= i else None)
 
     def float_input(self, route: Route) -> ModelArtifact | None:
         """The float model `route`'s quantizing step reads, when this run built it (keras → onnx at fp32 before
         onnx → onnx at int8): what per-layer drift compares the int8 model with. None when the step reads the
         source itself, or nothing was built yet."""
         q = route.quantizing
-        if not q:
-            return None
-        steps = tuple((s.converter.name, s.precision) for s in route.steps[:q])
-        built = self.built.get((route.source_format, steps, None))
+        built = self.built.get(_key(route, q - 1, None)) if q else None
         return built[0] if built else None
 
     def quantized(self, route: Route, spec) -> ModelArtifact | None:
         """The output of `route`'s quantizing step made with `spec` when this run built it (the int8 .onnx an
         .ort is converted from): what per-layer drift traces when the target's own format has no tracer."""
         q = route.quantizing
-        if q is None:
-            return None
-        steps = tuple((s.converter.name, s.precision) for s in route.steps[: q + 1])
-        built = self.built.get((route.source_format, steps, spec))
+        built = self.built.get(_key(route, q, spec)) if q is not None else None
         return built[0] if built else None
+
+
+def _key(route: Route, i: int, spec) -> tuple:
+    return (route.source_format, tuple((s.converter.name, s.precision) for s in route.steps[: i + 1]), spec)
 
 
 def build(route: Route, ctx: ConvertContext, stem: str, say: Progress, shared: Intermediates | None = None,

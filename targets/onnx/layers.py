@@ -130,9 +130,8 @@ def _reverted(model, indices: list[int], floats: dict):
                 return None  # corrected for the int8 model's errors, which a float copy of the layer no longer has
             else:
                 continue
-            consumer = next(n for n in variant.graph.node if n.name == model.graph.node[index].name
-                            and list(n.output) == list(model.graph.node[index].output))
-            consumer.input[k] = source
+            output = model.graph.node[index].output[0]  # a tensor has one producer: it finds the node again
+            next(n for n in variant.graph.node if n.output and n.output[0] == output).input[k] = source
             changed = True
     return variant if changed else None
 
