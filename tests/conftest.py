@@ -43,13 +43,6 @@ MOBILENET_CALIB = SAMPLES / "digits32_calib.npz"
 MOBILENET_EVAL = SAMPLES / "digits32_eval.npz"
 
 
-@pytest.fixture(scope="session")
-def mobilenet_int8(tmp_path_factory):
-    """The MobileNet sample at int8 on tflite, executorch and onnx (once per run)."""
-    return convert_sample(tmp_path_factory, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL, "int8",
-                          ("tflite", "executorch", "onnx"))
-
-
 def convert_sample(tmp_path_factory, model, calib, eval_data, precision="fp32", targets=("all",), **options):
     """Convert a bundled sample model to `targets` at `precision`, verified on its eval split."""
     from edgekit.calibration.sources import CalibrationSpec

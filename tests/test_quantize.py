@@ -15,8 +15,7 @@ from edgekit.core.errors import BadInput
 from edgekit.engine.request import build_request
 from edgekit.engine.pipeline import convert
 from edgekit.core.verify import THRESHOLDS, compare
-from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL,
-                            convert_sample, onnx_integer_type, run_cli)
+from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, convert_sample, onnx_integer_type, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -109,20 +108,6 @@ def test_int8_io_on_every_target(tmp_path_factory):
             assert str(io_params.sidecar(r.artifact.path)) in r.artifact.files
             (x,) = sidecar["inputs"]
             assert x["name"] == "x" and x["dtype"] == io and 0 < x["scale"] < 0.01
-
-
-def test_mobilenet_int8_is_small_really_int8_and_accurate(tmp_path_factory, mobilenet_int8):
-    fp32 = by_target(convert_sample(tmp_path_factory, MOBILENET, MOBILENET_CALIB, MOBILENET_EVAL, targets=COMPACT))
-    int8 = by_target(mobilenet_int8)
-    assert set(int8) == set(COMPACT)
-    for target, r in int8.items():
-        v = r.verdict
-        assert fp32[target].verdict.status == "pass"
-        assert v.status == "pass", (target, v.reasons)
-        assert v.task_accuracy["reference"] > 0.95
-        assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
-        assert v.inspection.int8_weight_share >= 0.9, (target, v.inspection.weight_bytes_by_dtype)
-        assert r.artifact.bytes <= 0.4 * fp32[target].artifact.bytes, (target, r.artifact.bytes, fp32[target].artifact.bytes)
 
 
 @pytest.mark.parametrize("target, method", [("onnx", "entropy"), ("onnx", "percentile"), ("tflite", "mse"),

@@ -244,7 +244,7 @@ def test_the_search_keeps_exactly_the_damaged_layer_back(tmp_path, target):
 
 @pytest.mark.slow
 def test_no_bias_correction_is_respected_by_the_search(tmp_path):
-    p, artifact = _convert(tmp_path, "--budget", "sqnr_db=20", "--no-bias-correction", target="executorch")
+    p, artifact = _convert(tmp_path, "--budget", "sqnr_db=20", "--no-bias-correction", target="onnx")
     assert p.returncode == 0, p.stderr
     search = artifact["search"]
     assert "bias_correction" not in [s.get("change") for s in search["steps"]]
