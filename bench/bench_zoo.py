@@ -61,7 +61,9 @@ Columns
                  and leaves cosine_min out for a regression such as MTCNN's 4 box offsets, so this can
                  exceed int8 cos when the worst output is a regression
   metric, task   the zoo model's own metric (ZooModel.metric): top1 = arg-max agreement of output 0
-                 (classifiers); cos = the int8 cos column (embedding, face nets, text map); class cos = the
+                 (classifiers); cos = the int8 cos column (embedding, text map); decisions = share of the
+                 source's face / not-face decisions the artifact makes too (MTCNN: per crop on R-Net and O-Net,
+                 per position of P-Net's probability map; face_decisions); class cos = the
                  detector's class-score rows alone (detection_agreement: mean per-image cosine; the share of
                  the source's detections reproduced is in the notes); max_abs = largest
                  absolute difference of the speech probability (Silero VAD, lower is better); for the OCR
@@ -120,7 +122,8 @@ zoo = _load("zoo", REPO / "sample_models" / "zoo.py")                  # ZOO, lo
 TARGETS = {"torch": ("tflite", "executorch", "onnx", "ort"), "keras": ("tflite", "onnx", "ort"), "onnx": ("onnx", "ort")}
 ALL_TARGETS = ("tflite", "executorch", "onnx", "ort")  # also the order a model's targets run in: onnx before ort
 EXT = {**bir.EXT, "ort": "ort"}
-METRIC_LABEL = {"top1_agreement": "top1", "cosine": "cos", "max_abs": "max_abs↓", "ctc": "ctc", "class_scores": "class cos"}
+METRIC_LABEL = {"top1_agreement": "top1", "cosine": "cos", "max_abs": "max_abs↓", "ctc": "ctc", "class_scores": "class cos",
+                "decisions": "decisions"}
 
 
 # ----------------------------------------------------------------------------- raw calls beyond bench_int8_real
@@ -311,7 +314,7 @@ CALL_LOG: list[str] = []
 
 
 # ----------------------------------------------------------------------------- the OCR recogniser's own metric
-_CTC_REF: dict[str, tuple] = {}
+_REFERENCE: dict[str, tuple] = {}
 
 
 def _ort_outputs(path, x: np.ndarray) -> np.ndarray:
@@ -327,11 +330,11 @@ def ctc_agreement(m, artifact: str) -> tuple[float, float] | None:
     """(share of eval lines whose greedy CTC string equals the source's, per-step arg-max agreement), the
     source .onnx and the int8 .onnx / .ort both run in onnxruntime (CPU), one sample at a time."""
     x = next(iter(np.load(m.eval).values()))
-    if m.name not in _CTC_REF:
+    if m.name not in _REFERENCE:
         charset = zoo.ctc_charset(m.source)
         ref = _ort_outputs(m.source, x)
-        _CTC_REF[m.name] = charset, ref, [zoo.ctc_decode(r, charset) for r in ref]
-    charset, ref, texts = _CTC_REF[m.name]
+        _REFERENCE[m.name] = charset, ref, [zoo.ctc_decode(r, charset) for r in ref]
+    charset, ref, texts = _REFERENCE[m.name]
     try:
         out = _ort_outputs(artifact, x).reshape(ref.shape)
     except Exception as e:  # noqa: BLE001
@@ -349,9 +352,9 @@ def detection_agreement(m, artifact: str) -> tuple[float, float] | None:
     matches when the artifact has a detection of the same class with IoU ≥ 0.5; an image where neither
     detects anything agrees. The source .onnx and the artifact both run in onnxruntime (CPU)."""
     x = next(iter(np.load(m.eval).values()))
-    if m.name not in _CTC_REF:
-        _CTC_REF[m.name] = (_ort_outputs(m.source, x),)
-    (ref,) = _CTC_REF[m.name]
+    if m.name not in _REFERENCE:
+        _REFERENCE[m.name] = (_ort_outputs(m.source, x),)
+    (ref,) = _REFERENCE[m.name]
     try:
         out = _ort_outputs(artifact, x).reshape(ref.shape)
     except Exception as e:  # noqa: BLE001
@@ -366,6 +369,71 @@ def detection_agreement(m, artifact: str) -> tuple[float, float] | None:
         hits = sum(any(c == c2 and _iou(box, box2) >= 0.5 for c2, _, box2 in got) for c, _, box in want)
         agreed.append(1.0 if not want and not got else hits / max(len(want), len(got)))
     return float(np.mean(cosines)), float(np.mean(agreed))
+
+
+# ----------------------------------------------------------------------------- a face detector's decisions
+def face_decisions(m, artifact: str | None, metrics: dict) -> float | None:
+    """Share of the source's face / not-face decisions (the arg-max of the softmax each MTCNN net writes
+    last) that the artifact makes too: per crop on R-Net and O-Net (the verifier's top1_agreement of that
+    output, measured in the artifact's own runtime), per position of P-Net's probability map (the Keras
+    source against the artifact in onnxruntime or LiteRT, one sample at a time)."""
+    last = metrics.get(f"output_{len(metrics) - 1}", {})
+    if last.get("top1_agreement") is not None:
+        return last["top1_agreement"]
+    if not artifact or m.framework != "keras":
+        return None
+    x = next(iter(np.load(m.eval).values()))
+    if m.name not in _REFERENCE:
+        import keras
+
+        model = keras.saving.load_model(m.source, safe_mode=True)
+        _REFERENCE[m.name] = (_probabilities(lambda sample: model.predict(sample, verbose=0), x),)
+    (ref,) = _REFERENCE[m.name]
+    try:
+        out = _probabilities(_runner(artifact), x).reshape(ref.shape)
+    except Exception as e:  # noqa: BLE001
+        print(f"  (decisions: cannot run {artifact}: {bir.first_line(e)})", flush=True)
+        return None
+    return float(np.mean(ref.argmax(-1) == out.argmax(-1)))
+
+
+def _probabilities(run, x: np.ndarray) -> np.ndarray:
+    """The one output of `run` that is a softmax over two classes (its last axis), on each sample of x."""
+    out = []
+    for i in range(len(x)):
+        (p,) = [o for o in run(x[i:i + 1]) if o.shape[-1] == 2 and np.allclose(o.sum(-1), 1, atol=0.05)]
+        out.append(p)
+    return np.concatenate(out)
+
+
+def _runner(path):
+    """sample → [outputs] of an .onnx / .ort (onnxruntime) or .tflite (LiteRT) model, float in and out
+    (an int8 input or output is quantized or dequantized with its own scale and zero point)."""
+    if not str(path).endswith(".tflite"):
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        return lambda sample: session.run(None, {name: sample})
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(path))
+    (given,), outputs = interpreter.get_input_details(), interpreter.get_output_details()
+    shape: list = []  # allocated for; not before the first sample (free dimensions default to 1)
+
+    def run(sample):
+        if shape != [sample.shape]:
+            interpreter.resize_tensor_input(given["index"], sample.shape)
+            interpreter.allocate_tensors()
+            shape[:] = [sample.shape]
+        scale, zero = given["quantization"]
+        if given["dtype"] != np.float32:
+            sample = np.round(sample / scale + zero).astype(given["dtype"])
+        interpreter.set_tensor(given["index"], sample)
+        interpreter.invoke()
+        got = [(interpreter.get_tensor(o["index"]), o["quantization"]) for o in outputs]
+        return [(v.astype(np.float32) - zp) * sc if v.dtype != np.float32 else v for v, (sc, zp) in got]
+    return run
 
 
 def _iou(p: list, q: list) -> float:
@@ -414,6 +482,8 @@ def summarize(m, target: str, side: str, row: dict, fp32: dict | None, fp32_byte
         r["task"] = metrics.get("output_0", {}).get("max_abs")
     else:
         r["task"] = cosine
+    if m.metric == "decisions":
+        r["task"] = face_decisions(m, a.get("path"), metrics)
     if m.metric == "class_scores":
         got = detection_agreement(m, a["path"]) if a.get("path") else None
         r["task"] = got[0] if got else None

@@ -77,7 +77,7 @@ class ZooModel:
     family: str = ""         # architecture family, e.g. "EfficientNet-Lite (ReLU6, depthwise)"
     framework: str = ""      # source framework: "torch" | "keras" | "onnx"
     metric: str = "cosine"   # what tells whether the task survives: top1_agreement, cosine, max_abs (edgekit metrics),
-                             # class_scores (bench_zoo.detection_agreement)
+                             # class_scores (bench_zoo.detection_agreement), decisions (bench_zoo.face_decisions)
     licence: str = ""        # one line
     ops: str = ""            # notable ops for conversion: PReLU, LSTM, attention, ...
 
@@ -395,7 +395,7 @@ def mtcnn_pnet_keras(out_dir: Path, n_calib: int = 96, n_eval: int = 48) -> ZooM
     source, calib, evalp = _paths(out_dir, "mtcnn_pnet_keras", ".keras")
     model = ZooModel("mtcnn_pnet_keras", source, calib, evalp, "face-detector", f"image=1,{PNET_SIZE},{PNET_SIZE},3",
                      "MTCNN P-Net, fully convolutional face proposal (dynamic H×W), 6.6 k params", "keras",
-                     "cosine", "MIT (mtcnn package by Iván de Paz Centeno; original MTCNN weights by K. Zhang, MIT)",
+                     "decisions", "MIT (mtcnn package by Iván de Paz Centeno; original MTCNN weights by K. Zhang, MIT)",
                      "PReLU (shared over H, W), softmax over channels, dynamic spatial dims")
     if _cached(model, n_calib, n_eval):
         return model
@@ -482,7 +482,7 @@ def _mtcnn_torch(which: str, size: int, out_dir: Path, n_calib: int, n_eval: int
     params = {"rnet": "100 k", "onet": "390 k"}[which]
     model = ZooModel(name, source, calib, evalp, "face-detector", None,
                      f"MTCNN {which[0].upper()}-Net face classifier / box regressor ({params} params), {size}×{size}",
-                     "torch", "cosine", "MIT (facenet-pytorch by T. Esler; original MTCNN weights by K. Zhang, MIT)",
+                     "torch", "decisions", "MIT (facenet-pytorch by T. Esler; original MTCNN weights by K. Zhang, MIT)",
                      "PReLU after Conv2d and after Linear, ceil-mode MaxPool, permute before flatten, softmax")
     if _cached(model, n_calib, n_eval):
         return model
