@@ -251,12 +251,17 @@ def test_no_bias_correction_is_respected_by_the_search(tmp_path):
     assert [k["layer"] for k in search["kept"]] == ["conv2"] and not artifact["quantization"]["bias_correction"]
 
 
-def test_the_digits_model_needs_no_step(tmp_path):
+def test_the_digits_model_needs_no_step_and_gets_what_a_plain_conversion_makes(tmp_path):
     p, artifact = _convert(tmp_path, "--budget", "cosine=0.99", model=DIGITS, target="onnx")
     assert p.returncode == 0, p.stderr
     assert artifact["search"]["conversions"] == 1 and len(artifact["search"]["steps"]) == 1
     assert artifact["search"]["stopped"] == "met" and artifact["search"]["kept"] == []
     assert artifact["quantization"]["overrides"] == []
+    # The search decided on half the calibration samples; the artifact is calibrated on all 200, as without it.
+    plain, made = _convert(tmp_path / "plain", model=DIGITS, target="onnx")
+    assert plain.returncode == 0, plain.stderr
+    assert artifact["calibration"]["samples"] == made["calibration"]["samples"] == 200
+    assert artifact["verification"]["metrics"] == made["verification"]["metrics"]
 
 
 def test_a_budget_missed_at_the_floor_exits_1_and_keeps_the_closest_result(tmp_path):

@@ -37,9 +37,12 @@ class Intermediates:
 
     def key(self, route: Route, i: int, ctx: ConvertContext) -> tuple:
         """What makes the output of `route`'s first i+1 steps: the source format, each step's converter and
-        precision, and the spec only from the quantizing step on (float prefixes are shared across specs)."""
+        precision, and the spec and the number of calibration samples only from the quantizing step on (float
+        prefixes are shared across specs)."""
         q = route.quantizing
-        return _key(route, i, ctx.spec if q is not None and q <= i else None)
+        quantized = q is not None and q <= i
+        samples = len(ctx.calibration) if quantized and ctx.calibration is not None else None
+        return _key(route, i, ctx.spec if quantized else None, samples)
 
     def float_input(self, route: Route) -> ModelArtifact | None:
         """The float model `route`'s quantizing step reads, when this run built it (keras → onnx at fp32 before
@@ -49,16 +52,17 @@ class Intermediates:
         built = self.built.get(_key(route, q - 1, None)) if q else None
         return built[0] if built else None
 
-    def quantized(self, route: Route, spec) -> ModelArtifact | None:
-        """The output of `route`'s quantizing step made with `spec` when this run built it (the int8 .onnx an
-        .ort is converted from): what per-layer drift traces when the target's own format has no tracer."""
+    def quantized(self, route: Route, spec, samples: int) -> ModelArtifact | None:
+        """The output of `route`'s quantizing step made with `spec` on `samples` calibration samples when this
+        run built it (the int8 .onnx an .ort is converted from): what per-layer drift traces when the target's
+        own format has no tracer."""
         q = route.quantizing
-        built = self.built.get(_key(route, q, spec)) if q is not None else None
+        built = self.built.get(_key(route, q, spec, samples)) if q is not None else None
         return built[0] if built else None
 
 
-def _key(route: Route, i: int, spec) -> tuple:
-    return (route.source_format, tuple((s.converter.name, s.precision) for s in route.steps[: i + 1]), spec)
+def _key(route: Route, i: int, spec, samples: int | None = None) -> tuple:
+    return (route.source_format, tuple((s.converter.name, s.precision) for s in route.steps[: i + 1]), spec, samples)
 
 
 def build(route: Route, ctx: ConvertContext, stem: str, say: Progress, shared: Intermediates | None = None,
