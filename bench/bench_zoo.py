@@ -314,7 +314,7 @@ CALL_LOG: list[str] = []
 
 
 # ----------------------------------------------------------------------------- the OCR recogniser's own metric
-_REFERENCE: dict[str, tuple] = {}
+_REFERENCE: dict[str, tuple] = {}  # model name → the source's outputs (and what derives from them), made once
 
 
 def _ort_outputs(path, x: np.ndarray) -> np.ndarray:
