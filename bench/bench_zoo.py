@@ -372,68 +372,13 @@ def detection_agreement(m, artifact: str) -> tuple[float, float] | None:
 
 
 # ----------------------------------------------------------------------------- a face detector's decisions
-def face_decisions(m, artifact: str | None, metrics: dict) -> float | None:
+def face_decisions(metrics: dict) -> float | None:
     """Share of the source's face / not-face decisions (the arg-max of the softmax each MTCNN net writes
-    last) that the artifact makes too: per crop on R-Net and O-Net (the verifier's top1_agreement of that
-    output, measured in the artifact's own runtime), per position of P-Net's probability map (the Keras
-    source against the artifact in onnxruntime or LiteRT, one sample at a time)."""
+    last) that the artifact makes too, as the verifier measured it in the artifact's own runtime: per crop
+    on R-Net and O-Net (top1_agreement), per position of P-Net's channels-last probability map
+    (step_top1_agreement)."""
     last = metrics.get(f"output_{len(metrics) - 1}", {})
-    if last.get("top1_agreement") is not None:
-        return last["top1_agreement"]
-    if not artifact or m.framework != "keras":
-        return None
-    x = next(iter(np.load(m.eval).values()))
-    if m.name not in _REFERENCE:
-        import keras
-
-        model = keras.saving.load_model(m.source, safe_mode=True)
-        _REFERENCE[m.name] = (_probabilities(lambda sample: model.predict(sample, verbose=0), x),)
-    (ref,) = _REFERENCE[m.name]
-    try:
-        out = _probabilities(_runner(artifact), x).reshape(ref.shape)
-    except Exception as e:  # noqa: BLE001
-        print(f"  (decisions: cannot run {artifact}: {bir.first_line(e)})", flush=True)
-        return None
-    return float(np.mean(ref.argmax(-1) == out.argmax(-1)))
-
-
-def _probabilities(run, x: np.ndarray) -> np.ndarray:
-    """The one output of `run` that is a softmax over two classes (its last axis), on each sample of x."""
-    out = []
-    for i in range(len(x)):
-        (p,) = [o for o in run(x[i:i + 1]) if o.shape[-1] == 2 and np.allclose(o.sum(-1), 1, atol=0.05)]
-        out.append(p)
-    return np.concatenate(out)
-
-
-def _runner(path):
-    """sample → [outputs] of an .onnx / .ort (onnxruntime) or .tflite (LiteRT) model, float in and out
-    (an int8 input or output is quantized or dequantized with its own scale and zero point)."""
-    if not str(path).endswith(".tflite"):
-        import onnxruntime as ort
-
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        name = session.get_inputs()[0].name
-        return lambda sample: session.run(None, {name: sample})
-    from ai_edge_litert.interpreter import Interpreter
-
-    interpreter = Interpreter(model_path=str(path))
-    (given,), outputs = interpreter.get_input_details(), interpreter.get_output_details()
-    shape: list = []  # allocated for; not before the first sample (free dimensions default to 1)
-
-    def run(sample):
-        if shape != [sample.shape]:
-            interpreter.resize_tensor_input(given["index"], sample.shape)
-            interpreter.allocate_tensors()
-            shape[:] = [sample.shape]
-        scale, zero = given["quantization"]
-        if given["dtype"] != np.float32:
-            sample = np.round(sample / scale + zero).astype(given["dtype"])
-        interpreter.set_tensor(given["index"], sample)
-        interpreter.invoke()
-        got = [(interpreter.get_tensor(o["index"]), o["quantization"]) for o in outputs]
-        return [(v.astype(np.float32) - zp) * sc if v.dtype != np.float32 else v for v, (sc, zp) in got]
-    return run
+    return last.get("top1_agreement", last.get("step_top1_agreement"))
 
 
 def _iou(p: list, q: list) -> float:
@@ -483,7 +428,7 @@ def summarize(m, target: str, side: str, row: dict, fp32: dict | None, fp32_byte
     else:
         r["task"] = cosine
     if m.metric == "decisions":
-        r["task"] = face_decisions(m, a.get("path"), metrics)
+        r["task"] = face_decisions(metrics)
     if m.metric == "class_scores":
         got = detection_agreement(m, a["path"]) if a.get("path") else None
         r["task"] = got[0] if got else None

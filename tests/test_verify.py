@@ -112,6 +112,21 @@ def test_a_missed_top1_budget_says_how_many_disagreements_are_near_ties():
     assert "top1_agreement 0.5 < 0.9 (2 of 4 samples disagree; 1 of them are near-ties" in verdict.reasons[0]
 
 
+def test_a_channels_last_map_of_probabilities_is_judged_by_its_decisions_at_each_position():
+    """A face detector's per-position face / not-face softmax (MTCNN P-Net: 1×H×W×2): its values say what it
+    is, and what fits it is the share of positions whose decision agrees."""
+    rng = np.random.default_rng(5)
+    logits = rng.standard_normal((10, 1, 4, 4, 2))
+    probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    flipped = probs.copy()
+    flipped[3, 0, 2, 1] = flipped[3, 0, 2, 1, ::-1]  # one position of one sample decides the other way
+    verdict = compare([probs], [flipped], THRESHOLDS["int8"])
+    assert verdict.kinds["output_0"] == {"kind": "sequence",
+                                         "basis": "its values: the scores at every step or position sum to 1"}
+    assert verdict.metrics["output_0"]["step_top1_agreement"] == 1 - 1 / 160
+    assert "channel_cosine" not in verdict.metrics["output_0"] and "top1_agreement" not in verdict.metrics["output_0"]
+
+
 def test_each_output_is_judged_by_the_metrics_that_fit_its_kind():
     rng = np.random.default_rng(3)
     logits = rng.standard_normal((40, 12))

@@ -127,14 +127,13 @@ def top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
 
 @metric("step_top1_agreement", higher_is_better=True)
 def step_top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
-    """Share of the steps of a sequence of class scores (each sample [steps, classes], as a CTC text
-    recogniser or a token classifier writes) whose arg-max class agrees; None for other outputs."""
+    """Share of the steps of a sequence of class scores (each sample [..., steps, classes], as a CTC text
+    recogniser or a token classifier writes, or [..., H, W, classes], a map of per-position probabilities)
+    whose arg-max class agrees; None for other outputs."""
     shape = ref.shape[1:]
-    if len(shape) == 3 and shape[0] == 1:
-        shape = shape[1:]
-    if len(shape) != 2 or shape[1] < 2:
+    if len(shape) < 2 or shape[-1] < 2:
         return None
-    r, o = (np.asarray(a, dtype=np.float64).reshape(-1, shape[1]) for a in (ref, out))
+    r, o = (np.asarray(a, dtype=np.float64).reshape(-1, shape[-1]) for a in (ref, out))
     return float(np.mean(np.argmax(r, axis=1) == np.argmax(o, axis=1)))
 
 
@@ -147,7 +146,8 @@ KINDS = {
     "regression": "a few values per sample (boxes, landmarks): cosine and errors over all samples",
     "score": "one value per sample (a probability, a score): errors and SQNR; a cosine of one value is its sign",
     "map": "a map over positions (segmentation, a detection grid, features): cosine per channel",
-    "sequence": "class scores per step (a CTC text recogniser, token classes): top-1 agreement per step",
+    "sequence": "class scores per step or position (a CTC text recogniser, token classes, a channels-last map of "
+                "per-position probabilities): top-1 agreement per step",
 }
 NOT_FITTING = {
     "scores": {"channel_cosine", "channel_cosine_min", "step_top1_agreement"},
@@ -181,8 +181,8 @@ def output_kind(ref: np.ndarray) -> OutputKind:
         shape = shape[1:]
     values = np.asarray(ref, dtype=np.float64).reshape(len(ref), *shape) if len(ref) else ref
     fix = "--output-kind NAME=KIND corrects it"
-    if len(shape) == 2 and shape[1] >= 2 and _distributions(values.reshape(-1, shape[1])):
-        return OutputKind("sequence", "its values: every step's scores sum to 1")
+    if len(shape) >= 2 and shape[-1] >= 2 and _distributions(values.reshape(-1, shape[-1])):
+        return OutputKind("sequence", "its values: the scores at every step or position sum to 1")
     if len(shape) >= 2:
         return OutputKind("map", f"guessed from its shape {'×'.join(map(str, shape))} (values over positions); {fix}")
     classes = shape[0] if shape else 1
