@@ -46,6 +46,11 @@ class SampleSet:
         return SampleSet(self.source, {k: v[:n] for k, v in self.inputs.items()},
                          None if self.labels is None else self.labels[:n])
 
+    def joined(self, other: "SampleSet") -> "SampleSet":
+        """These samples followed by `other`'s (the same inputs): a split's two parts made whole again."""
+        labels = None if self.labels is None or other.labels is None else np.concatenate([self.labels, other.labels])
+        return SampleSet(self.source, {k: np.concatenate([v, other.inputs[k]]) for k, v in self.inputs.items()}, labels)
+
 
 def load_samples(path: str | Path, signature: Signature, *, what: str = "eval data") -> SampleSet:
     """Load and validate an .npz against `signature`; every problem names the input and the fix."""

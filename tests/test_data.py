@@ -45,3 +45,14 @@ def test_unreadable_file(tmp_path):
     path.write_text("not numpy")
     with pytest.raises(BadInput, match="cannot read eval data"):
         load_samples(path, SIG)
+
+
+def test_a_split_joined_again_is_the_whole_set_in_order():
+    from edgekit.calibration.data import SampleSet
+
+    whole = SampleSet("c.npz", {"x": np.arange(10, dtype=np.float32).reshape(10, 1)}, np.arange(10))
+    first, held = whole.split(0.5)
+    again = first.joined(held)
+    assert len(first) == 5 and np.array_equal(again.inputs["x"], whole.inputs["x"])
+    assert np.array_equal(again.labels, whole.labels) and again.source == "c.npz"
+    assert first.joined(SampleSet("c.npz", {"x": held.inputs["x"]})).labels is None  # labels only when both have them

@@ -55,7 +55,6 @@ class TargetJob:
     stem: str
     say: Progress
     shared: Intermediates  # the run's built steps, reused across targets and candidates
-    refit: SampleSet | None = None  # what a search that changed nothing converts on at the end (`_refit`)
     ran: dict = field(default_factory=dict)  # (artifact path, samples) → (outputs, inspection), each run once
 
     def _run(self, artifact: ModelArtifact, samples: SampleSet) -> tuple[list, dict]:
@@ -117,21 +116,19 @@ class TargetJob:
 
     def _route(self, target, route: Route, folder: Path, spec: QuantSpec, reuse: Reuse | None = None,
                calib: SampleSet | None = None) -> ModelArtifact:
-        ctx = ConvertContext(self.source, folder, calib or self.calib, spec, reuse)
+        ctx = ConvertContext(self.source, folder, self.calib if calib is None else calib, spec, reuse)
         return build(route, ctx, self.stem, lambda msg: self.say(f"{target.name}: {msg}"), self.shared, target.name)
 
     def _refit(self, target, route: Route, tmp: Path, spec: QuantSpec, calibration: CalibrationRecord):
         """A search that changed nothing (its first conversion met the budgets, or no step helped) converts
-        the requested spec again on every calibration sample the run may calibrate on, those it measured on
-        included (never the verification samples): the artifact a plain conversion makes. Its first step was
-        calibrated on half of them and left a worse artifact than no search (Silero VAD: the speech
-        probability's largest error 0.98 against 0.20). A search that moved layers keeps the artifact it
-        measured: which layers matter depends on the ranges (calibrating that one on all samples too moved
-        top-1 on four zoo rows by one sample each, two up and two down). (the artifact, `calibration` with
-        its count)."""
-        self.say(f"{target.name}: the search changed nothing: converting on all {len(self.refit)} calibration samples")
-        artifact = self._route(target, route, tmp / "refit", spec, calib=self.refit)
-        return artifact, replace(calibration, samples=len(self.refit))
+        the requested spec again on its calibration and held-out samples together (never the verification
+        samples): the artifact a plain conversion makes, where its first step was calibrated on half of them
+        (Silero VAD: the speech probability's largest error 0.98 against 0.20). A search that moved layers
+        keeps the artifact it measured them on. (the artifact, `calibration` with its count)."""
+        samples = self.calib.joined(self.selection[0])
+        self.say(f"{target.name}: the search changed nothing: converting on all {len(samples)} calibration samples")
+        artifact = self._route(target, route, tmp / "refit", spec, calib=samples)
+        return artifact, replace(calibration, samples=len(samples))
 
     def _search(self, target, route: Route, step, tmp: Path, spec: QuantSpec, first: ModelArtifact | None):
         """Accuracy-aware int8 (edgekit.engine.search): (the artifact, its spec, the search's record)."""

@@ -81,7 +81,6 @@ class Prepared:
     reference: list  # the source's outputs on them
     selection: tuple | None  # (held-out samples, their reference outputs) for auto and the search
     warnings: tuple[str, ...] = ()
-    refit: SampleSet | None = None  # a search's calibration and search samples (see TargetJob._refit)
 
 
 def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | None = None) -> Prepared:
@@ -93,9 +92,8 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
     calib = held_out = None
     warnings: list[str] = []
     if plan.calibrated:
-        loaded, calib_warnings = load_calibration(req.calibration, source.signature)
+        calib, calib_warnings = load_calibration(req.calibration, source.signature)
         warnings += calib_warnings
-        calib = loaded
         if req.auto or req.search.budgets or not req.eval_data:
             # A search decides on its held-out samples: it holds out more (top-1 agreement on a dozen
             # samples cannot tell a 98% model from a 90% one).
@@ -117,12 +115,10 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
         warnings.append(f"no --eval data: verified on {RANDOM_SAMPLES} seeded random inputs, "
                         "which says little about accuracy; pass --eval data.npz")
     reference = sources.reference(source_model, samples, say)
-    selection = refit = None
+    selection = None
     if (req.auto or req.search.budgets) and held_out is not None:
         selection = (held_out, sources.reference(source_model, held_out, say))
-    if req.search.budgets and held_out is not None:
-        refit = loaded.head(len(calib) + len(held_out))  # never the verification samples, which come last
-    return Prepared(plan, source_model, calib, samples, reference, selection, tuple(warnings), refit)
+    return Prepared(plan, source_model, calib, samples, reference, selection, tuple(warnings))
 
 
 def run(prepared: Prepared, progress: Progress | None = None, routes=None) -> list[ArtifactResult]:
@@ -132,7 +128,7 @@ def run(prepared: Prepared, progress: Progress | None = None, routes=None) -> li
     out_dir = Path(req.out_dir)
     with run_folder(out_dir) as run_tmp:
         job = TargetJob(prepared.source, req, prepared.calib, prepared.selection, p.thresholds, out_dir, run_tmp,
-                        stem_of(req.source), say, Intermediates(run_tmp / "built"), prepared.refit)
+                        stem_of(req.source), say, Intermediates(run_tmp / "built"))
         return [job.run(target, route, prepared.samples, prepared.reference) for target, route in (routes or p.routes)]
 
 
