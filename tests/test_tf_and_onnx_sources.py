@@ -131,6 +131,61 @@ def test_an_opset_12_onnx_model_is_upgraded_for_per_channel_int8(converted_digit
     assert a["verification"]["status"] == "pass" and "opset_upgrade" not in a
 
 
+def _affine_after_convs(model) -> int:
+    """Rewrite each Conv of `model` as Paddle2ONNX writes a learnable affine after one: the conv without its
+    bias and with its weights over a scale, then Mul(scale, y) with the constant first and shaped (1,), then
+    the bias as Add(y, per-channel constant). The same function; the number of convs rewritten."""
+    from onnx import helper, numpy_helper
+
+    graph, inits = model.graph, {i.name: i for i in model.graph.initializer}
+    convs = [n for n in graph.node if n.op_type == "Conv" and len(n.input) == 3]
+    for k, conv in enumerate(convs):
+        weight, bias = (numpy_helper.to_array(inits[conv.input[i]]) for i in (1, 2))
+        scale = np.float32(np.abs(weight).max())
+        graph.initializer.extend([numpy_helper.from_array(weight / scale, f"w{k}"),
+                                  numpy_helper.from_array(np.array([scale], np.float32), f"scale{k}"),
+                                  numpy_helper.from_array(bias.reshape(1, -1, 1, 1), f"shift{k}")])
+        out = conv.output[0]
+        del conv.input[1:]
+        conv.input.extend([f"w{k}"])
+        conv.output[0] = f"conv{k}"
+        at = list(graph.node).index(conv) + 1
+        graph.node.insert(at, helper.make_node("Mul", [f"scale{k}", f"conv{k}"], [f"scaled{k}"], name=f"lab_mul{k}"))
+        graph.node.insert(at + 1, helper.make_node("Add", [f"scaled{k}", f"shift{k}"], [out], name=f"lab_add{k}"))
+    return len(convs)
+
+
+def test_a_constant_scale_and_shift_after_a_conv_are_folded_into_it(converted_digits, tmp_path):
+    """A learnable affine block after a conv (PP-OCR's PP-LCNetV3: 28 of them in its recogniser) is two
+    elementwise ops with constants, each quantized on its own: two more int8 roundings of the same values
+    per conv, which onnxruntime's fusions do not remove (they take a Mul whose constant comes second with a
+    per-channel or scalar shape, and no scalar Add). Folded into the conv, the int8 model has what the
+    digits CNN's own int8 model has; before, its convs each wrote two more quantized tensors."""
+    import onnx
+
+    plain = next(r.artifact.path for r in converted_digits[0].artifacts if r.target == "onnx")
+    model = onnx.load(plain)
+    assert _affine_after_convs(model) == 2
+    path = tmp_path / "digits_affine.onnx"
+    onnx.save(model, path)
+
+    def int8(source, out):
+        proc = run_cli("convert", source, "-t", "onnx", "--int8", "--calib", DIGITS_CALIB, "--eval", DIGITS_EVAL,
+                       "-o", tmp_path / out, "--json", "--no-cache")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        [a] = json.loads(proc.stdout)["artifacts"]
+        return a, onnx.load(a["path"]).graph
+
+    affine, graph = int8(path, "affine")
+    reference, plain_graph = int8(plain, "plain")
+    assert not [n.name for n in graph.node if n.op_type in ("Mul", "Add") and n.name.startswith("lab_")]
+    count = lambda g, op: sum(n.op_type == op for n in g.node)  # noqa: E731
+    assert count(graph, "QuantizeLinear") == count(plain_graph, "QuantizeLinear")
+    metrics, expected = affine["verification"]["metrics"]["output_0"], reference["verification"]["metrics"]["output_0"]
+    assert affine["verification"]["status"] == "pass"
+    assert abs(metrics["sqnr_db"] - expected["sqnr_db"]) <= 0.5, (metrics["sqnr_db"], expected["sqnr_db"])
+
+
 def test_an_onnx_source_with_free_dimensions_is_written_with_the_shapes_given(converted_digits, tmp_path):
     """As older exporters write them: the batch as dim_value -1, height and width under one symbol "?"
     though they are free apart (PaddleOCR's models)."""
