@@ -18,9 +18,9 @@ import numpy as np
 _AFFINE = ("Mul", "Add", "Sub", "Div")  # for Sub and Div, only the convolution's output minus / over a constant
 
 
-def fold_affine(path: Path) -> int:
-    """Fold every constant scale or shift following a Conv into it, in the model at `path` (rewritten
-    when anything was folded). The number of ops folded."""
+def fold_affine(path: Path, out: Path | None = None) -> int:
+    """Fold every constant scale or shift following a Conv into it, in the model at `path`, written to `out`
+    (default: `path`) when anything was folded. The number of ops folded."""
     import onnx
 
     model = onnx.load(str(path))
@@ -50,7 +50,7 @@ def fold_affine(path: Path) -> int:
             folded += 1
     if folded:
         _drop_unused(graph)
-        onnx.save(model, str(path))
+        onnx.save(model, str(out or path))
     return folded
 
 

@@ -160,7 +160,8 @@ def test_a_constant_scale_and_shift_after_a_conv_are_folded_into_it(converted_di
     elementwise ops with constants, each quantized on its own: two more int8 roundings of the same values
     per conv, which onnxruntime's fusions do not remove (they take a Mul whose constant comes second with a
     per-channel or scalar shape, and no scalar Add). Folded into the conv, the int8 model has what the
-    digits CNN's own int8 model has; before, its convs each wrote two more quantized tensors."""
+    digits CNN's own int8 model has; before, its convs each wrote two more quantized tensors. `edgekit
+    layers` matches the folded weights with the source's."""
     import onnx
 
     plain = next(r.artifact.path for r in converted_digits[0].artifacts if r.target == "onnx")
@@ -184,6 +185,11 @@ def test_a_constant_scale_and_shift_after_a_conv_are_folded_into_it(converted_di
     metrics, expected = affine["verification"]["metrics"]["output_0"], reference["verification"]["metrics"]["output_0"]
     assert affine["verification"]["status"] == "pass"
     assert abs(metrics["sqnr_db"] - expected["sqnr_db"]) <= 0.5, (metrics["sqnr_db"], expected["sqnr_db"])
+    # `edgekit layers` compares the folded weights with the source's, folded the same way.
+    proc = run_cli("layers", affine["path"], "-s", path, "--eval", DIGITS_EVAL, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    convs = [layer for layer in json.loads(proc.stdout)["layers"] if layer["op"] == "Conv"]
+    assert len(convs) == 2 and all(layer["weight_sqnr_db"] > 30 for layer in convs), convs
 
 
 def test_an_onnx_source_with_free_dimensions_is_written_with_the_shapes_given(converted_digits, tmp_path):

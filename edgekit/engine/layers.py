@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgekit.converters.base import ConvertContext
+from edgekit.converters.onnx_affine_fold import fold_affine
 from edgekit.core.drift import LayerDrift, from_json, keras_layer, module_path_from_location
 from edgekit.engine.build import build
 from edgekit.engine.graph import Graph
@@ -28,7 +29,7 @@ def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibratio
     if fmt == "pte":
         return trace(model, calibration, spec, inputs)
     with tempfile.TemporaryDirectory(prefix="edgekit-float-") as tmp:
-        float_path = float_path or float_reference(model, fmt, tmp, say)
+        float_path = _folded(float_path or float_reference(model, fmt, tmp, say), fmt, tmp)
         ranked = from_json(trace_layers_isolated(fmt, float_path, artifact_path, model.artifact.signature, inputs,
                                                  gains=gains))
     return _renamed(ranked, _source_names(model))
@@ -41,6 +42,14 @@ def float_reference(model, fmt: str, folder, say=lambda _msg: None) -> str:
         return model.artifact.path
     plan = Graph().route(model.artifact.format, fmt, "fp32")
     return build(plan, ConvertContext(model, Path(folder)), "reference", say).path
+
+
+def _folded(float_path: str, fmt: str, folder: str) -> str:
+    """An .onnx reference with the constant scales and shifts after its convolutions folded into them, as
+    int8 conversion folds them (edgekit.converters.onnx_affine_fold), so that the int8 model's folded weights
+    and the tensors they write are matched by name (a copy in `folder`); any other reference as it is."""
+    folded = Path(folder) / "reference.folded.onnx"
+    return str(folded) if fmt == "onnx" and fold_affine(Path(float_path), folded) else float_path
 
 
 def _source_names(model) -> dict[str, str]:
