@@ -12,8 +12,8 @@ quantized model before bias correction (ConvertContext.reuse). onnxruntime has n
 is refused.
 
 Real models need more than `quantize_static` alone (see the README's "int8 on real models"): dynamic
-inputs are fixed to the signature first, pre-processing falls back to ONNX shape inference, the
-constant scales and shifts after a convolution are folded into it (edgekit.converters.onnx_affine_fold), and
+inputs are fixed to the signature first, pre-processing falls back to ONNX shape inference, what an
+exporter spelled as several elementwise ops is written as the one layer it is (edgekit.converters.onnx_simplify), and
 after calibration the ranges and the graph decide which nodes stay float (`mixed_scale_concats`,
 `keep_float`); the weights those nodes hold are then stored int8 (`int8_weights_only`).
 """
@@ -32,7 +32,7 @@ from edgekit.core import io_params
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.cpu import int8_products_saturate
 from edgekit.calibration.methods import mixed_scale
-from edgekit.converters.onnx_affine_fold import fold_affine
+from edgekit.converters.onnx_simplify import simplify
 from edgekit.converters.onnx_score_heads import score_head_nodes, stem_activations
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.core.drift import keras_layer
@@ -111,7 +111,7 @@ class OnnxQuantize(Converter):
         if per_channel:
             fixed, upgrade = _at_least(PER_CHANNEL_OPSET, fixed, ctx.work_dir, Path(src.path).name)
         _pre_process(fixed, prepared, ctx.work_dir)
-        fold_affine(prepared)  # exact, and one int8 rounding fewer per op folded
+        simplify(prepared)  # exact, and one int8 rounding fewer per op it removes
         if ctx.reuse is not None:
             kept[key] = (shutil.copyfile(prepared, ctx.work_dir / "shared.pre.onnx"), upgrade)
         return prepared, upgrade

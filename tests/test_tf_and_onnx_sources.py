@@ -155,6 +155,26 @@ def _affine_after_convs(model) -> int:
     return len(convs)
 
 
+def _digits_int8(source, out) -> tuple[dict, object]:
+    """The JSON record and the graph of `source` converted to int8 onnx on the digits samples."""
+    import onnx
+
+    proc = run_cli("convert", source, "-t", "onnx", "--int8", "--calib", DIGITS_CALIB, "--eval", DIGITS_EVAL,
+                   "-o", out, "--json", "--no-cache")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [a] = json.loads(proc.stdout)["artifacts"]
+    return a, onnx.load(a["path"]).graph
+
+
+def _same_int8(artifact: dict, graph, reference: dict, reference_graph) -> None:
+    """As many int8 roundings as the reference model's int8 graph has, and its accuracy (within 0.5 dB)."""
+    count = lambda g, op: sum(n.op_type == op for n in g.node)  # noqa: E731
+    assert count(graph, "QuantizeLinear") == count(reference_graph, "QuantizeLinear")
+    metrics, expected = artifact["verification"]["metrics"]["output_0"], reference["verification"]["metrics"]["output_0"]
+    assert artifact["verification"]["status"] == "pass"
+    assert abs(metrics["sqnr_db"] - expected["sqnr_db"]) <= 0.5, (metrics["sqnr_db"], expected["sqnr_db"])
+
+
 def test_a_constant_scale_and_shift_after_a_conv_are_folded_into_it(converted_digits, tmp_path):
     """A learnable affine block after a conv (PP-OCR's PP-LCNetV3: 28 of them in its recogniser) is two
     elementwise ops with constants, each quantized on its own: two more int8 roundings of the same values
@@ -170,26 +190,56 @@ def test_a_constant_scale_and_shift_after_a_conv_are_folded_into_it(converted_di
     path = tmp_path / "digits_affine.onnx"
     onnx.save(model, path)
 
-    def int8(source, out):
-        proc = run_cli("convert", source, "-t", "onnx", "--int8", "--calib", DIGITS_CALIB, "--eval", DIGITS_EVAL,
-                       "-o", tmp_path / out, "--json", "--no-cache")
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        [a] = json.loads(proc.stdout)["artifacts"]
-        return a, onnx.load(a["path"]).graph
-
-    affine, graph = int8(path, "affine")
-    reference, plain_graph = int8(plain, "plain")
+    affine, graph = _digits_int8(path, tmp_path / "affine")
+    reference, plain_graph = _digits_int8(plain, tmp_path / "plain")
     assert not [n.name for n in graph.node if n.op_type in ("Mul", "Add") and n.name.startswith("lab_")]
-    count = lambda g, op: sum(n.op_type == op for n in g.node)  # noqa: E731
-    assert count(graph, "QuantizeLinear") == count(plain_graph, "QuantizeLinear")
-    metrics, expected = affine["verification"]["metrics"]["output_0"], reference["verification"]["metrics"]["output_0"]
-    assert affine["verification"]["status"] == "pass"
-    assert abs(metrics["sqnr_db"] - expected["sqnr_db"]) <= 0.5, (metrics["sqnr_db"], expected["sqnr_db"])
+    _same_int8(affine, graph, reference, plain_graph)
     # `edgekit layers` compares the folded weights with the source's, folded the same way.
     proc = run_cli("layers", affine["path"], "-s", path, "--eval", DIGITS_EVAL, "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     convs = [layer for layer in json.loads(proc.stdout)["layers"] if layer["op"] == "Conv"]
     assert len(convs) == 2 and all(layer["weight_sqnr_db"] > 30 for layer in convs), convs
+
+
+def _prelu_after_convs(model, decomposed: bool) -> None:
+    """Each ReLU after a Conv of `model` made a PReLU of slope 0.05 per channel: a PRelu node, or (`decomposed`)
+    relu(x) + c·relu(−x), c = −0.05, as tf2onnx writes TensorFlow's Keras PReLU."""
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    producer = {o: n for n in graph.node for o in n.output}
+    for k, relu in enumerate([n for n in graph.node if n.op_type == "Relu" and producer[n.input[0]].op_type == "Conv"]):
+        channels = next(numpy_helper.to_array(i) for i in graph.initializer if i.name == producer[relu.input[0]].input[1]).shape[0]
+        x, y, at = relu.input[0], relu.output[0], list(graph.node).index(relu)
+        graph.node.remove(relu)
+        slope = np.full((1, channels, 1, 1), -0.05 if decomposed else 0.05, np.float32)
+        graph.initializer.append(numpy_helper.from_array(slope, f"slope{k}"))
+        nodes = ([helper.make_node("Relu", [x], [f"pos{k}"]), helper.make_node("Neg", [x], [f"neg{k}"]),
+                  helper.make_node("Relu", [f"neg{k}"], [f"negrelu{k}"]),
+                  helper.make_node("Mul", [f"negrelu{k}", f"slope{k}"], [f"scaled{k}"]),
+                  helper.make_node("Add", [f"pos{k}", f"scaled{k}"], [y], name=f"prelu{k}")]
+                 if decomposed else [helper.make_node("PRelu", [x, f"slope{k}"], [y], name=f"prelu{k}")])
+        for i, node in enumerate(nodes):
+            graph.node.insert(at + i, node)
+
+
+def test_a_prelu_written_out_in_elementwise_ops_is_one_prelu(converted_digits, tmp_path):
+    """TensorFlow's Keras PReLU reaches ONNX (tf2onnx) as relu(x) + c·relu(−x): five ops, four more int8
+    roundings than one PRelu (MTCNN P-Net from Keras: decisions at 0.99729 of its map's positions, 0.99748 as
+    one PRelu). Rewritten as a PRelu, the int8 model is the one the same model written with PRelu makes."""
+    import onnx
+
+    plain = next(r.artifact.path for r in converted_digits[0].artifacts if r.target == "onnx")
+    paths = {}
+    for decomposed in (True, False):
+        model = onnx.load(plain)
+        _prelu_after_convs(model, decomposed)
+        paths[decomposed] = tmp_path / f"digits_prelu_{'decomposed' if decomposed else 'op'}.onnx"
+        onnx.save(model, paths[decomposed])
+    written_out, graph = _digits_int8(paths[True], tmp_path / "decomposed")
+    reference, reference_graph = _digits_int8(paths[False], tmp_path / "op")
+    assert sum(n.op_type == "PRelu" for n in graph.node) == 2 and not [n for n in graph.node if n.op_type == "Neg"]
+    _same_int8(written_out, graph, reference, reference_graph)
 
 
 def test_an_onnx_source_with_free_dimensions_is_written_with_the_shapes_given(converted_digits, tmp_path):

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgekit.converters.base import ConvertContext
-from edgekit.converters.onnx_affine_fold import fold_affine
+from edgekit.converters.onnx_simplify import simplify
 from edgekit.core.drift import LayerDrift, from_json, keras_layer, module_path_from_location
 from edgekit.engine.build import build
 from edgekit.engine.graph import Graph
@@ -29,7 +29,7 @@ def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibratio
     if fmt == "pte":
         return trace(model, calibration, spec, inputs)
     with tempfile.TemporaryDirectory(prefix="edgekit-float-") as tmp:
-        float_path = _folded(float_path or float_reference(model, fmt, tmp, say), fmt, tmp)
+        float_path = _simplified(float_path or float_reference(model, fmt, tmp, say), fmt, tmp)
         ranked = from_json(trace_layers_isolated(fmt, float_path, artifact_path, model.artifact.signature, inputs,
                                                  gains=gains))
     return _renamed(ranked, _source_names(model))
@@ -44,12 +44,12 @@ def float_reference(model, fmt: str, folder, say=lambda _msg: None) -> str:
     return build(plan, ConvertContext(model, Path(folder)), "reference", say).path
 
 
-def _folded(float_path: str, fmt: str, folder: str) -> str:
-    """An .onnx reference with the constant scales and shifts after its convolutions folded into them, as
-    int8 conversion folds them (edgekit.converters.onnx_affine_fold), so that the int8 model's folded weights
-    and the tensors they write are matched by name (a copy in `folder`); any other reference as it is."""
-    folded = Path(folder) / "reference.folded.onnx"
-    return str(folded) if fmt == "onnx" and fold_affine(Path(float_path), folded) else float_path
+def _simplified(float_path: str, fmt: str, folder: str) -> str:
+    """An .onnx reference simplified as int8 conversion simplifies a model (edgekit.converters.onnx_simplify:
+    folded scales, fused PReLUs), so that the int8 model's weights and the tensors they write are matched by
+    name (a copy in `folder`); any other reference as it is."""
+    simplified = Path(folder) / "reference.simplified.onnx"
+    return str(simplified) if fmt == "onnx" and simplify(Path(float_path), simplified) else float_path
 
 
 def _source_names(model) -> dict[str, str]:

@@ -1,12 +1,18 @@
-"""Fold the constant affine ops a convolution's output goes through into its weights and bias.
+"""Exporters' elementwise spellings of one layer, rewritten as that layer before int8 quantization.
 
-Exporters write a per-channel or scalar scale and shift after a convolution as separate Mul, Add,
+onnxruntime's static quantizer gives every op's output its own int8 rounding, so an op an exporter
+spelled as several elementwise nodes is rounded several times where one would do, compounding layer
+after layer. Both rewrites are exact and found by the graph's pattern, never by a model's name:
+
+- A constant scale and shift after a convolution, folded into it (`fold_affine`). Exporters write a per-channel or scalar scale and shift after a convolution as separate Mul, Add,
 Sub and Div nodes with a constant operand — PP-LCNet's learnable affine blocks, a BatchNorm written
 out by hand, Paddle2ONNX's `Mul(constant, x)` — and onnxruntime's own fusions take only a Mul whose
 constant is its second input and a scalar or per-channel shape, and no scalar Add. Left in the
 graph, each of them gets its own int8 quantization of its output: one more rounding of the same
 values per op, compounding layer after layer. Folded (y·s + t = conv(x; W·s, b·s + t), exact), the
 convolution writes the affine's output itself.
+- A PReLU written out as relu(x) + c·relu(−x) (TensorFlow's Keras PReLU through tf2onnx: five nodes,
+  four more roundings), as one PRelu node (`fuse_prelu`).
 """
 
 from __future__ import annotations
@@ -18,14 +24,24 @@ import numpy as np
 _AFFINE = ("Mul", "Add", "Sub", "Div")  # for Sub and Div, only the convolution's output minus / over a constant
 
 
-def fold_affine(path: Path, out: Path | None = None) -> int:
-    """Fold every constant scale or shift following a Conv into it, in the model at `path`, written to `out`
-    (default: `path`) when anything was folded. The number of ops folded."""
+def simplify(path: Path, out: Path | None = None) -> int:
+    """Both rewrites on the model at `path`, written to `out` (default: `path`) when anything was rewritten.
+    The number of rewrites. The names they give are the same on every run, so a model simplified for int8
+    and its float source simplified for comparison (`edgekit layers`) match by name."""
     import onnx
 
     model = onnx.load(str(path))
-    graph = model.graph
-    constants = _constants(graph)
+    constants = _constants(model.graph)
+    count = fold_affine(model.graph, constants) + fuse_prelu(model.graph, constants)
+    if count:
+        _drop_unused(model.graph)
+        onnx.save(model, str(out or path))
+    return count
+
+
+def fold_affine(graph, constants: dict) -> int:
+    """Fold every constant scale or shift following a Conv of `graph` into it; the number of ops folded.
+    `constants` (name → value) gains the new weights and biases."""
     outputs = {o.name for o in graph.output}
     folded = 0
     for conv in [n for n in graph.node if n.op_type == "Conv" and n.input[1] in constants]:
@@ -48,10 +64,55 @@ def fold_affine(path: Path, out: Path | None = None) -> int:
             dtype = constants[conv.input[1]].dtype
             _rewire(graph, conv, op, weight.astype(dtype), bias.astype(dtype), constants)
             folded += 1
-    if folded:
-        _drop_unused(graph)
-        onnx.save(model, str(out or path))
     return folded
+
+
+def fuse_prelu(graph, constants: dict) -> int:
+    """Replace each relu(x) + c·relu(−x) (or relu(x) − c·relu(−x)) of `graph`, c a constant, by PRelu(x, ∓c);
+    the number replaced."""
+    from onnx import helper, numpy_helper
+
+    producer = {o: n for n in graph.node for o in n.output}
+    fused = 0
+    for node in list(graph.node):
+        if node.op_type not in ("Add", "Sub") or len(node.input) != 2:
+            continue
+        first, second = (producer.get(i) for i in node.input)
+        pairs = [(first, second)] + ([(second, first)] if node.op_type == "Add" else [])
+        match = next((m for pos, neg in pairs if (m := _prelu_parts(pos, neg, producer, constants))), None)
+        if match is None:
+            continue
+        x, slope, parts = match
+        inner = {p.output[0] for p in parts}
+        if inner & {o.name for o in graph.output} or any(
+                i in inner for n in graph.node if n is not node and all(n is not p for p in parts) for i in n.input):
+            continue  # a part's output is read elsewhere too
+        name = _unused(f"{node.name or node.output[0]}_prelu", constants)
+        constants[f"{name}_slope"] = -slope if node.op_type == "Add" else slope
+        graph.initializer.append(numpy_helper.from_array(constants[f"{name}_slope"], f"{name}_slope"))
+        graph.node.insert(list(graph.node).index(node), helper.make_node("PRelu", [x, f"{name}_slope"], [node.output[0]], name=name))
+        for n in [node, *parts]:
+            graph.node.remove(n)
+        fused += 1
+    return fused
+
+
+def _prelu_parts(pos, scaled, producer: dict, constants: dict):
+    """(x, c, [the nodes]) when `pos` is Relu(x) and `scaled` is Mul(Relu(Neg(x)), c), c a float constant
+    of x's channels or a scalar; else None."""
+    if pos is None or scaled is None or pos.op_type != "Relu" or scaled.op_type != "Mul":
+        return None
+    c = [i for i in scaled.input if i in constants]
+    other = [producer.get(i) for i in scaled.input if i not in constants]
+    if len(c) != 1 or len(other) != 1 or other[0] is None or other[0].op_type != "Relu":
+        return None
+    neg = producer.get(other[0].input[0])
+    if neg is None or neg.op_type != "Neg" or neg.input[0] != pos.input[0]:
+        return None
+    value = constants[c[0]]
+    if not np.issubdtype(value.dtype, np.floating) or sum(d > 1 for d in value.shape) > 1:
+        return None
+    return pos.input[0], value, [pos, scaled, other[0], neg]
 
 
 def _per_channel(op, operand: str, constants: dict, channels: int, rank: int) -> np.ndarray | None:
