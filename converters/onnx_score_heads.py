@@ -12,7 +12,9 @@ measured on a real YOLOv8n detector (class-score cosine 0.90, one image in eight
   network. Where the backend has int16 activations (a16w8, weights stay int8), the activations at stride
   ≤ 4 get them (`stem_activations`). Together: class-score cosine 0.90 → 0.99.
 
-Both are found by graph pattern and shapes, never by node name.
+Both are found by graph pattern and shapes, never by node name. Any model's stem can be asked for at int16
+(`--int16-stem`, a whole-model pass the `--budget` search tries): where fine early detail decides the outputs
+(PP-OCR's recogniser reading text lines, EfficientNet-Lite1's top-1), with no score head.
 """
 
 from __future__ import annotations
@@ -63,13 +65,14 @@ def score_head_nodes(graph) -> list[str]:
     return out
 
 
-def stem_activations(model: Path) -> list[str]:
+def stem_activations(model: Path, asked: bool = False) -> list[str]:
     """The float 4-D activations of the stem (height and width at least 1/STEM_STRIDE of the first 4-D
-    input's, NCHW or NHWC, read from the graph's inferred shapes) of a model with a score head; none else."""
+    input's, NCHW or NHWC, read from the graph's inferred shapes) of a model with a score head, or of any
+    model when `asked` (`--int16-stem`); none else."""
     import onnx
 
     graph = onnx.load(str(model), load_external_data=False).graph
-    if not score_head_nodes(graph):
+    if not asked and not score_head_nodes(graph):
         return []
     def dims(value) -> list[int]:
         return [d.dim_value for d in value.type.tensor_type.shape.dim]

@@ -87,7 +87,8 @@ def build(route: Route, ctx: ConvertContext, stem: str, say: Progress, shared: I
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{stem}{'' if step.precision == 'fp32' else '.' + step.precision}{by_format(conv.target).extension}"
         detail = (f", {ctx.spec.method} calibration" + (" and SmoothQuant" if ctx.spec.smooth_quant else "")
-                  + (" and bias correction" if ctx.spec.bias_correction else "") if i == q else "")
+                  + (" and bias correction" if ctx.spec.bias_correction else "")
+                  + (" and int16 activations at high resolution" if ctx.spec.int16_stem else "") if i == q else "")
         say(f"converting {artifact.format} → {conv.target} at {step.precision} ({conv.name}{detail})")
         with captured(), temp_files_in(folder):  # the step's scratch files go beside its output
             artifact = conv()(artifact, path, step.precision, replace(ctx, work_dir=folder))

@@ -170,10 +170,12 @@ class TargetJob:
 
     def _passes(self, converter) -> tuple[str, ...]:
         """The whole-model passes (edgekit.core.quant.PASSES) worth trying for this model on this backend:
-        those the converter has, SmoothQuant only where the model has linears reading a normalization."""
+        those the converter has, SmoothQuant only where the model has linears reading a normalization, int16
+        activations at high resolution only where it has an image input (4-D)."""
         refused = {"bias_correction"} if self.req.quant.bias_correction is False else set()  # --no-bias-correction
+        images = any(len(i.shape) == 4 for i in self.source.artifact.signature.inputs)
         return tuple(p for p in converter.capabilities.passes() if p not in refused
-                     and (p != "smooth_quant" or self._smoothable))
+                     and (p != "smooth_quant" or self._smoothable) and (p != "int16_stem" or images))
 
     @cached_property
     def _smoothable(self) -> bool:

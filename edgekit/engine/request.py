@@ -65,7 +65,8 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
                   calib_samples: int | None = None, calib_preprocess: str | None = None, calib_method: str = "minmax",
                   eval_data: str | None = None, thresholds: Mapping | Iterable[str] = (),
                   output_kinds: Mapping | Iterable[str] = (), int8_io: bool = False,
-                  bias_correction: bool | None = None, smooth_quant: bool = False, granularity: str = "per-channel",
+                  bias_correction: bool | None = None, smooth_quant: bool = False, int16_stem: bool = False,
+                  granularity: str = "per-channel",
                   keep: Mapping | Iterable[str] = (), budgets: Mapping | Iterable[str] = (),
                   min_int8_share: float = 0.8, max_steps: int = 8,
                   source_options: SourceOptions = SourceOptions()) -> ConvertRequest:
@@ -80,7 +81,8 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
     if isinstance(calibration, str):
         calibration = CalibrationSpec(calibration, calib_samples, calib_preprocess)
     quant = QuantSpec(precision, calib_method, granularity=str(granularity).replace("-", "_"), int8_io=int8_io,
-                      bias_correction=bias_correction, smooth_quant=smooth_quant, overrides=parse_overrides(keep))
+                      bias_correction=bias_correction, smooth_quant=smooth_quant, int16_stem=int16_stem,
+                      overrides=parse_overrides(keep))
     search = SearchSpec(parse_budgets(budgets), min_int8_share, max_steps)
     return ConvertRequest(str(source), (targets,) if isinstance(targets, str) else tuple(targets), str(out), quant,
                           search, eval_data=str(eval_data) if eval_data else None,

@@ -21,7 +21,7 @@ def write_baseline(cases: list[Case], path: str | Path) -> None:
 
 
 def baseline_seeds(path: str | Path) -> dict:
-    """Case name → {"overrides": the layer overrides, "bias_correction": bool, "smooth_quant": bool} the
+    """Case name → {"overrides": the layer overrides, and each whole-model pass (PASSES) by name: bool} the
     baseline at `path` recorded (only cases that kept layers back or used a whole-model pass); {} when
     there is no readable baseline."""
     try:
