@@ -4,13 +4,12 @@ onnxruntime's static quantizer gives every op's output its own int8 rounding, so
 spelled as several elementwise nodes is rounded several times where one would do, compounding layer
 after layer. Both rewrites are exact and found by the graph's pattern, never by a model's name:
 
-- A constant scale and shift after a convolution, folded into it (`fold_affine`). Exporters write a per-channel or scalar scale and shift after a convolution as separate Mul, Add,
-Sub and Div nodes with a constant operand — PP-LCNet's learnable affine blocks, a BatchNorm written
-out by hand, Paddle2ONNX's `Mul(constant, x)` — and onnxruntime's own fusions take only a Mul whose
-constant is its second input and a scalar or per-channel shape, and no scalar Add. Left in the
-graph, each of them gets its own int8 quantization of its output: one more rounding of the same
-values per op, compounding layer after layer. Folded (y·s + t = conv(x; W·s, b·s + t), exact), the
-convolution writes the affine's output itself.
+- A constant scale and shift after a convolution, folded into it (`fold_affine`). Exporters write
+  them as separate Mul, Add, Sub and Div nodes with a constant operand, per channel or scalar —
+  PP-LCNet's learnable affine blocks, a BatchNorm written out by hand, Paddle2ONNX's `Mul(constant, x)`
+  — and onnxruntime's own fusions take only a Mul whose constant is its second input shaped [] or per
+  channel, and no scalar Add. Folded (y·s + t = conv(x; W·s, b·s + t)), the convolution writes the
+  affine's output itself.
 - A PReLU written out as relu(x) + c·relu(−x) (TensorFlow's Keras PReLU through tf2onnx: five nodes,
   four more roundings), as one PRelu node (`fuse_prelu`).
 """
@@ -53,7 +52,8 @@ def fold_affine(graph, constants: dict) -> int:
             factor = _per_channel(op, conv.output[0], constants, weight.shape[0], weight.ndim)
             if factor is None:
                 break
-            bias = constants.get(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else np.zeros(len(weight), weight.dtype)
+            has_bias = len(conv.input) > 2 and conv.input[2]
+            bias = constants.get(conv.input[2]) if has_bias else np.zeros(len(weight), weight.dtype)
             if bias is None:  # a bias computed at run time
                 break
             if op.op_type in ("Mul", "Div"):
@@ -90,7 +90,8 @@ def fuse_prelu(graph, constants: dict) -> int:
         name = _unused(f"{node.name or node.output[0]}_prelu", constants)
         constants[f"{name}_slope"] = -slope if node.op_type == "Add" else slope
         graph.initializer.append(numpy_helper.from_array(constants[f"{name}_slope"], f"{name}_slope"))
-        graph.node.insert(list(graph.node).index(node), helper.make_node("PRelu", [x, f"{name}_slope"], [node.output[0]], name=name))
+        prelu = helper.make_node("PRelu", [x, f"{name}_slope"], [node.output[0]], name=name)
+        graph.node.insert(list(graph.node).index(node), prelu)
         for n in [node, *parts]:
             graph.node.remove(n)
         fused += 1
