@@ -110,6 +110,23 @@ def test_the_search_tries_the_cheaper_fallback_first_and_respects_the_floor_and_
     assert best.spec.overrides == () and "step limit (3)" in record.why
 
 
+def test_a_step_that_changes_nothing_is_not_counted_against_the_step_limit():
+    """int16 on a layer inside the int16 stem (`--int16-stem`) makes the model the search already holds."""
+    calls = []
+
+    def measure(spec: QuantSpec, index: int) -> Measurement:
+        calls.append(spec)
+        cos = 0.9 + 0.04 * sum(o.precision == "float" for o in spec.overrides)
+        share = 1.0 - 0.01 * sum(o.precision == "float" for o in spec.overrides)
+        return Measurement(spec, None, {"output_0": {"cosine": cos}}, share, 1000, 0, 0.0)
+
+    search = Search((Budget("cosine", 0.999),), ("int16", "float"), max_steps=2)
+    _best, record = search.run(QuantSpec("int8"), measure, lambda m: [_Layer("a", 8), _Layer("b", 7), _Layer("c", 6)])
+    assert [k.layer for k in record.kept] == ["a", "b"] and record.stopped is StopReason.STEPS
+    assert record.conversions == 5 and len(calls) == 5  # full int8, a int16 (no change), a float, b int16, b float
+    assert record.steps[1].note == "no change: a is at int16 already (not counted as a step)"
+
+
 def test_a_step_must_show_progress_beyond_top1_agreement():
     """Top-1 agreement moves by whole samples: a step that wins one flipped sample while the
     continuous metrics (or, with top-1 alone, the output SQNR) get worse is undone."""
@@ -362,7 +379,8 @@ def test_a_keras_layer_kept_float_is_float_in_the_tflite(tmp_path):
 
 
 @pytest.mark.parametrize("flag, name, target", [("--bias-correction", "bias correction", "ptl"),
-                                               ("--smooth-quant", "SmoothQuant", "tflite")])
+                                               ("--smooth-quant", "SmoothQuant", "tflite"),
+                                               ("--int16-stem", "int16 activations at high resolution", "tflite")])
 def test_a_pass_where_the_backend_has_none_exits_2(tmp_path, flag, name, target):
     from tests.conftest import KERAS, KERAS_CALIB
 
@@ -372,7 +390,7 @@ def test_a_pass_where_the_backend_has_none_exits_2(tmp_path, flag, name, target)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
-@pytest.mark.parametrize("key", ["bias_correction", "smooth_quant"])
+@pytest.mark.parametrize("key", ["bias_correction", "smooth_quant", "int16_stem"])
 def test_a_config_pass_that_is_not_a_boolean_exits_2(tmp_path, key):
     config = tmp_path / "edgekit.toml"
     config.write_text(f'[[models]]\nname = "d"\npath = "{DIGITS}"\ncalibration = "{DIGITS_CALIB}"\n'

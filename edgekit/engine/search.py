@@ -17,7 +17,8 @@ metrics (all but top-1 agreement, which moves by whole samples; the output SQNR 
 budgeted) and brings the model closer to its budgets, by at least MIN_GAIN of the remaining gap or
 by a large move of those metrics (see `Search._verdict`); otherwise undo it. After each kept layer
 the model is ranked again: what a layer loses depends on what reaches it. The search stops when
-every budget holds, when the step limit is reached, when no ranked layer is left, or before any
+every budget holds, when the step limit is reached (a step that changed nothing, a layer already at
+that precision, does not count), when no ranked layer is left, or before any
 layer step when only top-1 agreement is missed and every disagreeing sample is a near-tie in the
 source model (its top two scores all but equal: no layer kept back can be shown to mend a coin
 flip); a step whose result would leave less than the floor of weight bytes in int8 is undone. The
@@ -82,6 +83,7 @@ class Search:
     steps: list = field(default_factory=list)
     kept: list[KeptLayer] = field(default_factory=list)
     floor_hit: bool = False  # a step was undone because it left less than min_int8_share in int8
+    unchanged: int = 0  # conversions that made the model the search already held: not counted as steps
 
     def values(self, m: Measurement) -> dict:
         """Each budget's metric → its worst value over `m`'s outputs (None where unmeasured)."""
@@ -123,7 +125,7 @@ class Search:
             rank: Callable[[Measurement], list]) -> tuple[Measurement, SearchRecord]:
         """Search from `spec`; returns the best measurement and the record of the search."""
         started = time.perf_counter()
-        self.conversions = 0
+        self.conversions = self.unchanged = 0
 
         def measure(spec: QuantSpec, index: int) -> Measurement:
             done = convert_and_measure(spec, index)
@@ -135,7 +137,7 @@ class Search:
         stopped, self.rankings, self.ranking_seconds = None, 0, 0.0
         contributions = {}
         for name in self.passes:
-            if self.gap(best) > 0 and not getattr(best.spec, name) and self.conversions <= self.max_steps:
+            if self.gap(best) > 0 and not getattr(best.spec, name) and self.conversions - self.unchanged <= self.max_steps:
                 best, contributions[name] = self._try_pass(best, measure, name)
         if self.gap(best) == 0:
             stopped = StopReason.MET
@@ -196,7 +198,7 @@ class Search:
             layer = candidates.pop(0)
             tried.add(layer)
             for precision in self.fallbacks:
-                if self.conversions > self.max_steps:
+                if self.conversions - self.unchanged > self.max_steps:
                     return StopReason.STEPS
                 trial_spec = self._best.spec.with_override(layer, precision)
                 try:
@@ -204,6 +206,11 @@ class Search:
                 except BadInput as e:  # a name the backend does not know as a layer: not a candidate
                     self._record(len(self.steps), layer, precision, None, False, f"skipped: {e.message}")
                     break
+                if self._unchanged(trial):  # the layer was at that precision already (in the int16 stem)
+                    self.unchanged += 1
+                    self._record(len(self.steps), layer, precision, trial, False,
+                                 f"no change: {layer} is at {precision} already (not counted as a step)")
+                    continue
                 if trial.int8_share < self.min_int8_share:
                     self.floor_hit = True
                     self._record(len(self.steps), layer, precision, trial, False,
@@ -221,11 +228,16 @@ class Search:
                 self._best = trial
                 if self.gap(trial) == 0:
                     return StopReason.MET
-                if self.conversions > self.max_steps:
+                if self.conversions - self.unchanged > self.max_steps:
                     return StopReason.STEPS
                 candidates = self._ranked(trial, rank, tried)
                 break
         return StopReason.EXHAUSTED
+
+    def _unchanged(self, trial: Measurement) -> bool:
+        """The trial made the model the search holds: the same bytes, int8 share and metric values."""
+        best = self._best
+        return (trial.bytes, trial.int8_share, self.values(trial)) == (best.bytes, best.int8_share, self.values(best))
 
     def _record(self, index: int, layer, precision, m: Measurement | None, accepted: bool, note: str,
                 change: str | None = None) -> None:
