@@ -137,7 +137,7 @@ class Search:
         stopped, self.rankings, self.ranking_seconds = None, 0, 0.0
         contributions = {}
         for name in self.passes:
-            if self.gap(best) > 0 and not getattr(best.spec, name) and self.conversions - self.unchanged <= self.max_steps:
+            if self.gap(best) > 0 and not getattr(best.spec, name) and self._steps() <= self.max_steps:
                 best, contributions[name] = self._try_pass(best, measure, name)
         if self.gap(best) == 0:
             stopped = StopReason.MET
@@ -198,7 +198,7 @@ class Search:
             layer = candidates.pop(0)
             tried.add(layer)
             for precision in self.fallbacks:
-                if self.conversions - self.unchanged > self.max_steps:
+                if self._steps() > self.max_steps:
                     return StopReason.STEPS
                 trial_spec = self._best.spec.with_override(layer, precision)
                 try:
@@ -228,11 +228,15 @@ class Search:
                 self._best = trial
                 if self.gap(trial) == 0:
                     return StopReason.MET
-                if self.conversions - self.unchanged > self.max_steps:
+                if self._steps() > self.max_steps:
                     return StopReason.STEPS
                 candidates = self._ranked(trial, rank, tried)
                 break
         return StopReason.EXHAUSTED
+
+    def _steps(self) -> int:
+        """The conversions that count against the step limit: all but those that changed nothing."""
+        return self.conversions - self.unchanged
 
     def _unchanged(self, trial: Measurement) -> bool:
         """The trial made the model the search holds: the same bytes, int8 share and metric values."""
