@@ -249,7 +249,7 @@ def test_int16_activations_at_high_resolution_on_request(converted_digits, tmp_p
     pool run at its 8×8 input's size or half of it; its classifier's two linears stay int8."""
     plain = next(r.artifact.path for r in converted_digits[0].artifacts if r.target == "onnx")
     default, _ = _digits_int8(plain, tmp_path / "default")
-    stem, graph = _digits_int8(plain, tmp_path / "stem", "--int16-stem")
+    stem, _ = _digits_int8(plain, tmp_path / "stem", "--int16-stem")
     assert stem["verification"]["status"] == "pass"
     modes = stem["verification"]["inspection"]["ops_by_mode"]
     assert modes.get("int16") == 3 and modes.get("int8") == 2, modes
