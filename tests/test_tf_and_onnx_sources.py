@@ -201,6 +201,32 @@ def test_a_constant_scale_and_shift_after_a_conv_are_folded_into_it(converted_di
     assert len(convs) == 2 and all(layer["weight_sqnr_db"] > 30 for layer in convs), convs
 
 
+def test_layers_leaves_out_a_float_tensor_that_only_shares_a_name(converted_digits, tmp_path):
+    """A float model converted apart can give a name to another tensor (tf2onnx numbers its `const_fold_opt__N`
+    constants anew in each conversion): `edgekit layers` failed with "cannot compare tensors of 28800 and 288
+    values". A pair of different sizes is not compared; every layer is still ranked, the others' weights measured."""
+    import onnx
+    from onnx import numpy_helper
+
+    plain = next(r.artifact.path for r in converted_digits[0].artifacts if r.target == "onnx")
+    artifact, _ = _digits_int8(plain, tmp_path / "int8")
+    model = onnx.load(plain)
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    weight = next(i for i in model.graph.initializer if i.name == conv.input[1])
+    taken = weight.name
+    weight.name = conv.input[1] = f"{taken}_apart"
+    for info in [*model.graph.value_info, *model.graph.input]:  # the exporter's record of its shape goes along
+        if info.name == taken:
+            info.name = weight.name
+    model.graph.initializer.append(numpy_helper.from_array(np.ones(3, np.float32), taken))  # the name, elsewhere
+    source = tmp_path / "digits_renamed.onnx"
+    onnx.save(model, source)
+    proc = run_cli("layers", artifact["path"], "-s", source, "--eval", DIGITS_EVAL, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    convs = {layer["layer"]: layer["weight_sqnr_db"] for layer in json.loads(proc.stdout)["layers"] if layer["op"] == "Conv"}
+    assert set(convs) == {"features.0", "features.2"} and convs["features.2"] > 30, convs
+
+
 def _prelu_after_convs(model, decomposed: bool) -> None:
     """Each ReLU after a Conv of `model` made a PReLU of slope 0.05 per channel: a PRelu node, or (`decomposed`)
     relu(x) + c·relu(−x), c = −0.05, as tf2onnx writes TensorFlow's Keras PReLU."""

@@ -48,8 +48,10 @@ def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[s
             runner = OnnxRunner(path, signature)  # builds the feeds, integer inputs included
             activations[which] = collect_activations(augmented, iter([runner.feeds(s) for s in samples]))
     matching = create_activation_matching(activations["quant"], activations["float"])
+    # Tensors are paired by name; a pair of different sizes is two tensors that share a name (a TensorFlow
+    # model's `const_fold_opt__N` constants are numbered anew by each conversion): not compared.
     sqnr = {name: sqnr_db(np.concatenate(m["float"]), np.concatenate(m["post_qdq"]))
-            for name, m in matching.items() if m.get("float")}
+            for name, m in matching.items() if m.get("float") and _same_size(m["float"], m["post_qdq"])}
     graph_inputs = [i.name for i in onnx.load(quant_path, load_external_data=False).graph.input]
     for name in graph_inputs:  # an integer model input is not a float tensor: compare its dequantized value
         post = activations["quant"].get(name + DQ_OUTPUT)
@@ -58,7 +60,8 @@ def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[s
     # onnxruntime's compute_weight_error fails on 0-d weights (a quantized scalar constant): the
     # same SQNR, computed here on flattened arrays.
     weights = {name: sqnr_db(np.ravel(m["float"]), np.ravel(m["dequantized"]))
-               for name, m in create_weight_matching(float_path, quant_path).items()}
+               for name, m in create_weight_matching(float_path, quant_path).items()
+               if _same_size(m["float"], m["dequantized"])}
     inputs_quantized = [Traced(f"input {name}", "QuantizeLinear", name, ()) for name in graph_inputs if name in sqnr]
     quantized = onnx.load(quant_path, load_external_data=False)
     traced = _traced(quantized, weights)
@@ -67,6 +70,12 @@ def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[s
                                 {layer for layer, weighted in _layers(quantized).values() if weighted})
         traced = [replace(t, gain_db=measured.get(t.layer)) for t in traced]
     return inputs_quantized + traced, sqnr
+
+
+def _same_size(first, second) -> bool:
+    """Whether two tensors (or lists of per-sample tensors) hold as many values."""
+    count = lambda t: sum(np.size(x) for x in t) if isinstance(t, list) else np.size(t)  # noqa: E731
+    return count(first) == count(second)
 
 
 def revert_gains(float_path: str, quant_path: str, signature: Signature, samples: list[dict],
@@ -115,6 +124,8 @@ def _reverted(model, indices: list[int], floats: dict):
                 continue
             q = producer.get(dq.input[0])
             original = floats.get(dq.input[0].removesuffix("_quantized"))
+            if original is not None and dq.input[0] in inits and list(original.dims) != list(inits[dq.input[0]].dims):
+                original = None  # another tensor of the same name (see `trace`)
             if q is not None and q.op_type == "QuantizeLinear":
                 source, (low, high) = f"{name}_reverted", _range(dq, inits)
                 bounds = [numpy_helper.from_array(np.array(v, np.float32), f"{source}_{side}")
