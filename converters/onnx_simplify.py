@@ -16,6 +16,7 @@ after layer. Both rewrites are exact and found by the graph's pattern, never by 
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -83,10 +84,9 @@ def fuse_prelu(graph, constants: dict) -> int:
         if match is None:
             continue
         x, slope, parts = match
-        inner = {p.output[0] for p in parts}
-        if inner & {o.name for o in graph.output} or any(
-                i in inner for n in graph.node if n is not node and all(n is not p for p in parts) for i in n.input):
-            continue  # a part's output is read elsewhere too
+        reads = Counter(i for n in graph.node for i in n.input) + Counter(o.name for o in graph.output)
+        if any(reads[p.output[0]] != 1 for p in parts):
+            continue  # a part's output is read elsewhere too (each is read once within the pattern)
         name = _unused(f"{node.name or node.output[0]}_prelu", constants)
         constants[f"{name}_slope"] = -slope if node.op_type == "Add" else slope
         graph.initializer.append(numpy_helper.from_array(constants[f"{name}_slope"], f"{name}_slope"))
