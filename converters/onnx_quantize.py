@@ -58,6 +58,7 @@ class OnnxQuantize(Converter):
         bias_correction=True,  # edgekit.calibration.onnx_bias_correction on the QDQ model
         smooth_quant=True,  # edgekit.calibration.smooth_quant on the float model
         int16_stem=True,  # QInt16 TensorQuantOverrides on the stem's activations (onnx_score_heads.stem_activations)
+        int16_activations=True,  # the same on every activation onnxruntime calibrates (a16w8)
     )
     extra = "onnx"
     requires = ("onnx", "onnxruntime")  # no torch: ONNX models from TensorFlow take this edge too
@@ -138,8 +139,9 @@ class OnnxQuantize(Converter):
         if key in shared:  # the same quantization, made for a candidate without bias correction (or with it)
             shutil.copyfile(shared[key], out_path)
         else:
-            int16 = {t: [{"quant_type": QuantType.QInt16}] for t in [*stem_activations(prepared, spec.int16_stem), *(
-                t for layer in spec.layers("int16") for t in activations(prepared, layers[layer]))]}
+            wide = list(ranges.data) if spec.int16_activations else [*stem_activations(prepared, spec.int16_stem), *(
+                t for layer in spec.layers("int16") for t in activations(prepared, layers[layer]))]
+            int16 = {t: [{"quant_type": QuantType.QInt16}] for t in wide}
             method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
                       "entropy": CalibrationMethod.Entropy}[spec.method]
             quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),

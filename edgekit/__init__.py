@@ -76,7 +76,7 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
             calib_samples: int | None = None, calib_method: str = "minmax", calib_preprocess: str | None = None,
             eval_data: str | os.PathLike | None = None, thresholds: Mapping[str, float] | None = None,
             output_kinds: Mapping[str, str] | None = None, int8_io: bool = False, bias_correction: bool | None = None, smooth_quant: bool = False,
-            int16_stem: bool = False, granularity: str = "per-channel", keep: Mapping[str, str] | Iterable[str] | None = None,
+            int16_stem: bool = False, int16_activations: bool = False, granularity: str = "per-channel", keep: Mapping[str, str] | Iterable[str] | None = None,
             budgets: Mapping[str, float] | None = None, min_int8_share: float = 0.8, max_steps: int = 8,
             input_shapes: Mapping[str, Iterable[int]] | Iterable[str] | None = None,
             example_inputs: str | os.PathLike | None = None, model_class: str | None = None,
@@ -98,7 +98,7 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
     - `output_kinds`: {output: kind} saying what an output is ("scores", "embedding", "regression", "map",
       "score", "sequence"), which decides the metrics that judge it, e.g. {"output_1": "regression"}.
     - int8 only: `int8_io`, `bias_correction` (None, the default: on wherever the target's backend has it;
-      True or False to insist), `smooth_quant`, `int16_stem`, `granularity` ("per-channel" or
+      True or False to insist), `smooth_quant`, `int16_stem`, `int16_activations`, `granularity` ("per-channel" or
       "per-tensor"), `keep` ({layer: "float" or "int16"}, or a list of layers kept float), and `budgets`
       ({metric: limit}: keep the fewest layers back until they hold) with `min_int8_share` and `max_steps`.
     - `input_shapes` ({input: (1, 3, 224, 224)}), `example_inputs` (.npz), `model_class` ("module:Class"
@@ -120,7 +120,7 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
     from edgekit.sources.loading import SourceOptions  # local: as above
 
     _flags(int8=int8, int8_io=int8_io, bias_correction=True if bias_correction is None else bias_correction,
-           smooth_quant=smooth_quant, int16_stem=int16_stem, trust_pickle=trust_pickle, trust_model_code=trust_model_code, cache=cache)
+           smooth_quant=smooth_quant, int16_stem=int16_stem, int16_activations=int16_activations, trust_pickle=trust_pickle, trust_model_code=trust_model_code, cache=cache)
     for keyword, value in (("precision", precision), ("calib_method", calib_method), ("granularity", granularity)):
         if not isinstance(value, str):
             raise BadInput(f"{keyword}={value!r} is not a name", fix=f"give {keyword} as a str")
@@ -136,7 +136,8 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
         calib_method=calib_method, eval_data=_path(eval_data, "eval_data") if eval_data is not None else None,
         thresholds=_mapping(thresholds, "thresholds", {"cosine": 0.999}),
         output_kinds=_mapping(output_kinds, "output_kinds", {"output_1": "regression"}), int8_io=int8_io,
-        bias_correction=bias_correction, smooth_quant=smooth_quant, int16_stem=int16_stem, granularity=granularity,
+        bias_correction=bias_correction, smooth_quant=smooth_quant, int16_stem=int16_stem,
+        int16_activations=int16_activations, granularity=granularity,
         keep=_keep(keep),
         budgets=_mapping(budgets, "budgets", {"cosine": 0.99}), min_int8_share=min_int8_share, max_steps=max_steps,
         source_options=SourceOptions(trust_pickle, model_class, _shapes(input_shapes),

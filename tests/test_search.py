@@ -252,9 +252,10 @@ def test_the_search_keeps_exactly_the_damaged_layer_back(tmp_path, target):
     assert artifact["verification"]["status"] == "pass" and artifact["verification"]["metrics"]["output_0"]["sqnr_db"] > 20
     assert search["int8_share"] >= 0.8
     if target in ("onnx", "ort"):  # int16 activations come first, and do not help a layer whose weights are the problem:
-        # neither at high resolution (the whole-model pass) nor in conv2
-        assert (search["steps"][1]["change"], search["steps"][1]["accepted"]) == ("int16_stem", False)
-        assert [(s["layer"], s["precision"], s["accepted"]) for s in search["steps"][2:4]] == [
+        # neither at high resolution nor everywhere (the whole-model passes) nor in conv2
+        assert [(s["change"], s["accepted"]) for s in search["steps"][1:3]] == [
+            ("int16_stem", False), ("int16_activations", False)]
+        assert [(s["layer"], s["precision"], s["accepted"]) for s in search["steps"][3:5]] == [
             ("conv2", "int16", False), ("conv2", "float", True)]
     # bias correction is part of the default recipe, on from full int8: no step of its own, and it stays on
     assert artifact["quantization"]["bias_correction"] and "bias_correction" not in [s.get("change") for s in search["steps"]]
@@ -380,7 +381,8 @@ def test_a_keras_layer_kept_float_is_float_in_the_tflite(tmp_path):
 
 @pytest.mark.parametrize("flag, name, target", [("--bias-correction", "bias correction", "ptl"),
                                                ("--smooth-quant", "SmoothQuant", "tflite"),
-                                               ("--int16-stem", "int16 activations at high resolution", "tflite")])
+                                               ("--int16-stem", "int16 activations at high resolution", "tflite"),
+                                               ("--int16-activations", "int16 activations everywhere", "executorch")])
 def test_a_pass_where_the_backend_has_none_exits_2(tmp_path, flag, name, target):
     from tests.conftest import KERAS, KERAS_CALIB
 
@@ -390,7 +392,7 @@ def test_a_pass_where_the_backend_has_none_exits_2(tmp_path, flag, name, target)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
-@pytest.mark.parametrize("key", ["bias_correction", "smooth_quant", "int16_stem"])
+@pytest.mark.parametrize("key", ["bias_correction", "smooth_quant", "int16_stem", "int16_activations"])
 def test_a_config_pass_that_is_not_a_boolean_exits_2(tmp_path, key):
     config = tmp_path / "edgekit.toml"
     config.write_text(f'[[models]]\nname = "d"\npath = "{DIGITS}"\ncalibration = "{DIGITS_CALIB}"\n'

@@ -103,6 +103,7 @@ def convert(
     bias_correction: Annotated[Optional[bool], typer.Option("--bias-correction/--no-bias-correction", help="int8: after calibration, subtract each layer's mean output error from its bias. Default: on wherever the target's backend has it (tflite, executorch, onnx, ort; not ptl).", show_default=False)] = None,
     smooth_quant: Annotated[bool, typer.Option("--smooth-quant", help="int8 (tflite from torch, executorch, onnx, ort): SmoothQuant, move a transformer's activation outliers into the weights of the linears reading each LayerNorm.")] = False,
     int16_stem: Annotated[bool, typer.Option("--int16-stem", help="int8 (onnx, ort): int16 activations (a16w8, weights int8) wherever the feature maps are at least a quarter of the input's height and width, for models whose fine early detail decides their outputs; slower than int8 there.")] = False,
+    int16_activations: Annotated[bool, typer.Option("--int16-activations", help="int8 (onnx, ort): int16 activations everywhere (a16w8: weights int8, the same size), for models whose int8 activations lose too much wherever they are; onnxruntime runs its int16 layers in float, so not faster than fp32.")] = False,
     calib_preprocess: Annotated[Optional[str], typer.Option("--calib-preprocess", help="For image folders: size=HxW,scale=1/255,mean=..,std=..,layout=NCHW,color=gray")] = None,
     eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs (and optional 'labels') to verify on.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Write the JSON report to stdout; human output to stderr.")] = False,
@@ -133,7 +134,7 @@ def convert(
         model, target, out, precision=precision, int8=int8, calibration=calib, calib_samples=calib_samples,
         calib_preprocess=calib_preprocess, calib_method=calib_method, eval_data=eval_data, thresholds=threshold,
         output_kinds=output_kind, int8_io=int8_io, bias_correction=bias_correction, smooth_quant=smooth_quant,
-        int16_stem=int16_stem, granularity=granularity, keep=keep, budgets=budget, min_int8_share=min_int8_share, max_steps=max_steps,
+        int16_stem=int16_stem, int16_activations=int16_activations, granularity=granularity, keep=keep, budgets=budget, min_int8_share=min_int8_share, max_steps=max_steps,
         source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
                                      str(example_inputs) if example_inputs else None, trust_model_code),
     )

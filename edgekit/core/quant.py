@@ -26,10 +26,10 @@ from edgekit.core.options import key_values
 # Whole-model passes (QuantSpec flags that converters declare they have), in the order the search and
 # `auto` try them, with their names.
 PASSES = {"smooth_quant": "SmoothQuant", "bias_correction": "bias correction",
-          "int16_stem": "int16 activations at high resolution"}
+          "int16_stem": "int16 activations at high resolution", "int16_activations": "int16 activations everywhere"}
 PASS_TARGETS = {"smooth_quant": "tflite from torch sources, executorch, onnx and ort",
                 "bias_correction": "tflite, executorch, onnx and ort",
-                "int16_stem": "onnx and ort"}  # for messages: who has each pass
+                "int16_stem": "onnx and ort", "int16_activations": "onnx and ort"}  # for messages: who has each pass
 CALIBRATION_PASSES = ("smooth_quant", "bias_correction")  # what `auto` combines with each method: no precision change
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
 FALLBACKS = ("int16", "float")  # what a layer kept back from int8 becomes, the cheaper first
@@ -92,6 +92,7 @@ class QuantSpec:
     bias_correction: bool | None = False  # edgekit.calibration.bias_correction, after calibration; None: the backend's default
     smooth_quant: bool = False  # edgekit.calibration.smooth_quant, before calibration
     int16_stem: bool = False  # int16 activations where the feature maps are at least 1/4 of the input's size
+    int16_activations: bool = False  # int16 activations everywhere (a16w8), weights int8
     overrides: tuple[LayerOverride, ...] = field(default_factory=tuple)
 
     def __post_init__(self):
@@ -109,9 +110,9 @@ class QuantSpec:
         if self.smooth_quant:
             raise BadInput("--smooth-quant needs --precision int8 (or --int8): it smooths the activations that "
                            "static int8 quantizes")
-        if self.int16_stem:
-            raise BadInput("--int16-stem needs --precision int8 (or --int8): it widens activations of a static int8 "
-                           "model")
+        if self.int16_stem or self.int16_activations:
+            flag = "--int16-stem" if self.int16_stem else "--int16-activations"
+            raise BadInput(f"{flag} needs --precision int8 (or --int8): it widens activations of a static int8 model")
         if self.overrides:
             raise BadInput("--keep needs --precision int8 (or --int8): it keeps layers of a static int8 model back")
 
@@ -136,7 +137,7 @@ class QuantSpec:
         return {"precision": self.precision, "method": str(self.method), "weight_bits": self.weight_bits,
                 "activation_bits": self.activation_bits, "granularity": self.granularity,
                 "int8_io": self.int8_io, "bias_correction": self.bias_correction, "smooth_quant": self.smooth_quant,
-                "int16_stem": self.int16_stem, "overrides": [o.to_json() for o in self.overrides]}
+                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations, "overrides": [o.to_json() for o in self.overrides]}
 
     @classmethod
     def from_json(cls, d: dict) -> "QuantSpec":
@@ -167,6 +168,7 @@ class Capabilities:
     bias_correction: bool = False  # whole-model passes (PASSES) it has
     smooth_quant: bool = False
     int16_stem: bool = False
+    int16_activations: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "methods", tuple(Method.parse(m) for m in self.methods))

@@ -104,8 +104,9 @@ class TargetJob:
     def _verify(self, target, artifact: ModelArtifact, samples: SampleSet, reference: list):
         """(the artifact, noting where a search's choice did not hold on the verification samples, its verdict)."""
         outputs, inspection = self._run(artifact, samples)
-        verdict = compare(reference, outputs, self.thresholds, samples.labels, inspection, self.req.output_kinds)
-        verdict = verify_second_size(self.source, artifact, verdict, samples, reference, self.thresholds,
+        thresholds = self._thresholds(artifact.meta.quantization)
+        verdict = compare(reference, outputs, thresholds, samples.labels, inspection, self.req.output_kinds)
+        verdict = verify_second_size(self.source, artifact, verdict, samples, reference, thresholds,
                                      lambda msg: self.say(f"{target.name}: {msg}"))
         search = artifact.meta.search
         if search and search.stopped is StopReason.MET and verdict.status == Status.FAIL:
@@ -168,10 +169,19 @@ class TargetJob:
         say(f"search: {record.why} ({record.conversions} conversions, {record.seconds:.1f} s)")
         return best.artifact, best.spec, record
 
+    def _thresholds(self, spec: QuantSpec | None) -> dict:
+        """The verdict's thresholds for an artifact made with `spec`. With int16 activations everywhere (asked
+        for, or kept by a search) no conv or matmul runs an int8 kernel by design: the artifact is held to its
+        int8 weights (int8_weight_share), not to int8 compute, unless the user set that threshold."""
+        if spec is not None and spec.int16_activations and "int8_heavy_op_share" not in self.req.thresholds:
+            return {k: v for k, v in self.thresholds.items() if k != "int8_heavy_op_share"}
+        return self.thresholds
+
     def _passes(self, converter) -> tuple[str, ...]:
         """The whole-model passes (edgekit.core.quant.PASSES) worth trying for this model on this backend:
         those the converter has, SmoothQuant only where the model has linears reading a normalization, int16
-        activations at high resolution only where it has an image input (4-D)."""
+        activations at high resolution only where it has an image input (4-D); int16 activations everywhere
+        for any model, after them."""
         refused = {"bias_correction"} if self.req.quant.bias_correction is False else set()  # --no-bias-correction
         images = any(len(i.shape) == 4 for i in self.source.artifact.signature.inputs)
         return tuple(p for p in converter.capabilities.passes() if p not in refused

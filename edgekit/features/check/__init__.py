@@ -21,7 +21,7 @@ case that misses its metric budgets keeps the fewest layers back from int8 until
 (edgekit.engine.search); the baseline records the layers it kept, and the next run starts from them.
 `bias_correction = true` corrects the int8 models' biases after calibration, `smooth_quant = true`
 smooths a transformer's linears before it, `int16_stem = true` gives the activations at high resolution
-int16 (onnx, ort; the search tries all three on its own; the baseline records whether it used them).
+int16, `int16_activations = true` all of them (onnx, ort; the search tries all four on its own; the baseline records whether it used them).
 
 Instead of targets and precisions, a model may list `artifacts = ["build/m.int8.tflite", ...]`:
 artifacts built elsewhere, verified as they are (target and precision read from the files).

@@ -34,6 +34,7 @@ class Case:
     bias_correction: bool = False  # whether the int8 model's biases were corrected
     smooth_quant: bool = False  # whether its linears were smoothed
     int16_stem: bool = False  # whether its high-resolution activations were int16
+    int16_activations: bool = False  # whether all its activations were int16
     search: SearchRecord | None = None  # the accuracy-aware search's record, when the case searched
     latency: dict | None = None  # host CPU latency at 1 thread, when the model has a latency budget
 
@@ -47,4 +48,5 @@ class Case:
         return {"bytes": self.bytes, "metrics": self.metrics.get("output_0", {}),
                 "task_accuracy": self.task_accuracy, "sha256": self.hashes, "tool_versions": self.tool_versions,
                 "overrides": [o.to_json() for o in self.overrides], "bias_correction": self.bias_correction,
-                "smooth_quant": self.smooth_quant, "int16_stem": self.int16_stem}
+                "smooth_quant": self.smooth_quant, "int16_stem": self.int16_stem,
+                "int16_activations": self.int16_activations}

@@ -16,7 +16,7 @@ LATENCY_BUDGETS = ("max_latency_ms", "min_int8_speedup")  # host CPU latency at 
 BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *LATENCY_BUDGETS, *HIGHER_IS_BETTER}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
 MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
-              "bias_correction", "smooth_quant", "int16_stem", "budgets", "artifacts", "search", "output_kinds"}
+              "bias_correction", "smooth_quant", "int16_stem", "int16_activations", "budgets", "artifacts", "search", "output_kinds"}
 SEARCH_KEYS = {"min_int8_share", "max_steps"}
 
 
@@ -36,6 +36,7 @@ class ModelCheck:
     bias_correction: bool | None = None  # int8: correct biases after calibration; None: wherever the backend has it
     smooth_quant: bool = False  # int8: SmoothQuant before calibration (the same targets)
     int16_stem: bool = False  # int8: int16 activations at high resolution (onnx, ort)
+    int16_activations: bool = False  # int8: int16 activations everywhere (onnx, ort)
     budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
     artifacts: tuple[str, ...] = ()  # given artifacts: verified as they are instead of converting
     project: str | None = None  # the config's folder: import specs must name its modules
@@ -139,7 +140,7 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
         input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
         bias_correction=_flag(m, "bias_correction", where, None), smooth_quant=_flag(m, "smooth_quant", where),
-        int16_stem=_flag(m, "int16_stem", where),
+        int16_stem=_flag(m, "int16_stem", where), int16_activations=_flag(m, "int16_activations", where),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
         search=_search(m.get("search"), where, "int8" in precisions), output_kinds=_output_kinds(m, where),
     )

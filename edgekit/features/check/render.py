@@ -21,7 +21,7 @@ def to_json(cases: list[Case]) -> dict:
                        "changes": list(c.changes), "layers": [d.to_json() for d in c.layers],
                        "layers_note": c.layers_note, "overrides": [o.to_json() for o in c.overrides],
                        "bias_correction": c.bias_correction, "smooth_quant": c.smooth_quant,
-                       "int16_stem": c.int16_stem,
+                       "int16_stem": c.int16_stem, "int16_activations": c.int16_activations,
                        "search": c.search.to_json() if c.search else None,
                        **({"latency": c.latency} if c.latency is not None else {})}
                       for c in cases]}
