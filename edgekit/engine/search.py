@@ -7,8 +7,9 @@ the eval samples the final verdict uses). When a budget is missed, the whole-mod
 backend has and the model can use are tried first, one step each: SmoothQuant for a transformer's
 linears (edgekit.calibration.smooth_quant), then bias correction
 (edgekit.calibration.bias_correction), then int16 activations at high resolution for an image model
-(edgekit.converters.onnx_score_heads.stem_activations; the weights stay int8). Each is kept like any
-step, only if it helps. When a budget is still missed, the layers are ranked (edgekit.engine.layers: one trace
+(edgekit.converters.onnx_score_heads.stem_activations; the weights stay int8), then int16 activations
+everywhere (a16w8, for a model whose int8 activations lose too much all through it). Each is kept like
+any step, only if it helps. When a budget is still missed, the layers are ranked (edgekit.engine.layers: one trace
 of the model, not one conversion per layer) by what the model's outputs gain with each layer alone kept
 float, where the backend measures it in its runtime (onnx), else by the SQNR each one loses, and moved back
 one at a time, the worst first, to the backend's fallback precisions in order (int16 activations where it has
