@@ -91,6 +91,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -540,6 +541,8 @@ def main(argv=None) -> int:
     parser.add_argument("--targets", default=",".join(ALL_TARGETS), help="comma-separated (default: all reachable)")
     parser.add_argument("--work", type=Path, default=None, help="models are built / reused here (default: temp dir)")
     parser.add_argument("--skip-raw", action="store_true", help="edgekit rows only (no raw, no nncf)")
+    parser.add_argument("--edgekit-args", default="", help="options added to edgekit's int8 conversions, e.g. "
+                        "'--calib-method auto' (default: none, the default recipe)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
     parser.add_argument("--md", type=Path, default=None, help="also write the Markdown table here")
     parser.add_argument("--nncf-path", type=Path, default=Path("/tmp/nncf-pkgs"),
@@ -580,7 +583,7 @@ def main(argv=None) -> int:
                 fp32, fp32_bytes = fp32_run(m, target, base / "fp32")
                 if m.framework != "onnx" and target == "onnx" and fp32 and fp32.get("artifact"):
                     fp32_onnx = fp32["artifact"]["path"]
-                ours = bir.edgekit_convert(m, target, True, base / "int8", extra=("--no-cache",))
+                ours = bir.edgekit_convert(m, target, True, base / "int8", extra=("--no-cache", *shlex.split(args.edgekit_args)))
                 runs = [("edgekit", ours)]
                 if not args.skip_raw:
                     if m.framework == "torch" and target == "ort" and fp32_onnx is None:  # onnx was not asked for
@@ -595,7 +598,8 @@ def main(argv=None) -> int:
                     print(f"  {side:7} {r['converts'][:100]}  verdict={r['verdict']}  cos={r['cosine']}  "
                           f"task={r['task']}  wall={r['wall_s'] or 0:.1f}s", flush=True)
                 total = time.perf_counter() - started
-                header = (f"int8 on the zoo: edgekit's default int8 vs the raw library calls"
+                header = (f"int8 on the zoo: edgekit's " + (f"int8 with {args.edgekit_args}" if args.edgekit_args else "default int8")
+                          + " vs the raw library calls"
                           + (f" and NNCF {nncf}" if nncf else " (NNCF not importable: no nncf rows)")
                           + f", verified by edgekit on the eval samples ({total:.0f} s in all")
                 if earlier:

@@ -9,7 +9,9 @@ keep: its min and max (MinMax), the histogram of |x| in 2048 bins over min|x|..m
 symmetric at 99.999) and the histogram of x in 2048 bins over ±max|x| (Entropy, 128 quantized bins),
 made from the same values with the same numpy calls. Each method's ranges come from these: percentile
 by onnxruntime's own HistogramCollector, entropy by the same KL search vectorized over all candidate
-thresholds at once (equal to onnxruntime's up to float32 rounding of the divergences).
+thresholds at once (equal to onnxruntime's up to float32 rounding of the divergences). mean-minmax (NNCF's
+default for activations, MEAN_MINMAX) takes the mean over the samples of each tensor's min and of its max:
+one sample's outlier no longer sets the range of all.
 
 onnxruntime's histogram calibrators copy every value of every tensor of every sample out of the session
 (16 GB for PP-OCR rec's 77 samples) and histogram them all, which costs more than the rest of `auto`
@@ -44,6 +46,7 @@ class Statistics:
     values: dict = field(default_factory=dict)  # tensor → (hist, edges, min, max, threshold) of x (entropy)
     failed: dict = field(default_factory=dict)  # method → why its histogram cannot be made
     computed: dict = field(default_factory=dict)  # method → its ranges, computed once
+    means: dict = field(default_factory=dict)  # tensor → the means over the samples of its min and max (mean-minmax)
 
     def ranges(self, method: str):
         """onnxruntime's TensorsData for `method` (minmax, percentile or entropy), as its calibrator of that
@@ -60,6 +63,8 @@ class Statistics:
                                    fix="use --calib-method minmax, or auto (it leaves out a method that fails)")
         if method == "minmax":
             return TensorsData(CalibrationMethod.MinMax, dict(self.extremes))
+        if method == "mean-minmax":  # a tensor whose every sample had no value keeps its (empty) extremes
+            return TensorsData(CalibrationMethod.MinMax, {**self.extremes, **self.means})
         if method == "percentile":
             collector = HistogramCollector("percentile", True, BINS, QUANTIZED_BINS, PERCENTILE, "same")
             collector.histogram_dict = self.magnitudes
@@ -106,6 +111,8 @@ def collect(model: Path, feeds, work_dir: Path, per_sample: int | None = None) -
             _add(stats, tensor, x)
         else:
             low, high = np.asarray(outputs.pop(extremes[0])), np.asarray(outputs.pop(extremes[1]))
+            if low.size:
+                stats.means[tensor] = tuple(np.nanmean(v, dtype=np.float64).astype(x.dtype).reshape(1) for v in (low, high))
             _add(stats, tensor, x, np.nanmin(low) if low.size else None, np.nanmax(high) if high.size else None)
     return stats
 

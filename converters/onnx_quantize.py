@@ -51,7 +51,7 @@ class OnnxQuantize(Converter):
     target = "onnx"
     precisions = ("fp16", "int8", "int8-dynamic")
     capabilities = Capabilities(
-        methods=("minmax", "percentile", "entropy"),
+        methods=("minmax", "percentile", "entropy", "mean-minmax"),
         int8_io=True,
         fallbacks=("int16", "float"),  # TensorQuantOverrides with QInt16 activations (a16w8); nodes_to_exclude
         granularities=("per_channel", "per_tensor"),
@@ -143,7 +143,7 @@ class OnnxQuantize(Converter):
                 t for layer in spec.layers("int16") for t in activations(prepared, layers[layer]))]
             int16 = {t: [{"quant_type": QuantType.QInt16}] for t in wide}
             method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-                      "entropy": CalibrationMethod.Entropy}[spec.method]
+                      "entropy": CalibrationMethod.Entropy, "mean-minmax": CalibrationMethod.MinMax}[spec.method]
             quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
                             nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed,
                             quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
@@ -180,7 +180,9 @@ def _ranges(prepared: Path, reader, ctx: ConvertContext):
     key = ("statistics", ctx.spec.smooth_quant)  # of the float model calibrated: smoothed or not
     stats = reuse.kept.get(key) if reuse else None
     if stats is None:
-        per_sample = -(-onnx_statistics.VALUES // len(reader)) if reuse is not None else None  # bounded for auto
+        # bounded for auto; mean-minmax alone needs only each sample's min and max, reduced in the session
+        per_sample = (-(-onnx_statistics.VALUES // len(reader)) if reuse is not None
+                      else 1 if method == "mean-minmax" else None)
         stats = onnx_statistics.collect(prepared, iter(reader.get_next, None), ctx.work_dir, per_sample)
         if reuse is not None:
             reuse.kept[key] = stats

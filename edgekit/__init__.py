@@ -91,7 +91,7 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
     - `precision`: "fp32", "fp16", "int8" (static, calibrated) or "int8-dynamic"; `int8=True` is "int8".
     - `calibration`: the calibration data as a path (an .npz, a folder of .npy files or images), a
       "module:function", or "random"; `calib_samples` uses the first N, `calib_method` is minmax,
-      percentile, mse, entropy or auto, `calib_preprocess` reads image folders ("size=32x32,scale=1/255").
+      percentile, mse, entropy, mean-minmax or auto, `calib_preprocess` reads image folders ("size=32x32,scale=1/255").
     - `eval_data`: an .npz of inputs (and optional `labels`) to verify on; without it, held-out calibration
       samples or seeded random inputs (a warning in the result says which).
     - `thresholds`: {metric: limit} overriding verification thresholds, e.g. {"cosine": 0.999}.

@@ -80,6 +80,26 @@ def test_one_pass_gives_each_method_the_ranges_of_its_onnxruntime_calibrator(tmp
         assert found["entropy"][1] < found["minmax"][1], (tensor, found)
 
 
+def test_mean_minmax_takes_the_mean_of_each_samples_extremes(tmp_path):
+    """NNCF's default for activations: one sample's outlier does not set the range of all. Checked on the
+    model's input and output against the per-sample extremes computed here (the output by onnxruntime)."""
+    import onnxruntime as ort
+
+    _conv_model(tmp_path / "m.onnx")
+    samples = _samples(12)
+    stats = onnx_statistics.collect(tmp_path / "m.onnx", ({"x": x} for x in samples), tmp_path, per_sample=1)
+    ranges, whole = stats.ranges("mean-minmax"), stats.ranges("minmax")
+    session = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    outputs = {"x": samples, "y": np.stack([session.run(["y"], {"x": x})[0] for x in samples])}
+    for tensor, values in outputs.items():
+        per_sample = values.reshape(len(samples), -1)
+        expected = (per_sample.min(axis=1).mean(), per_sample.max(axis=1).mean())
+        np.testing.assert_allclose(np.ravel(ranges[tensor].range_value), expected, rtol=1e-5, err_msg=tensor)
+        low, high = np.ravel(whole[tensor].range_value)
+        assert low < expected[0] < expected[1] < high, tensor  # inside the range of all samples
+    assert set(ranges.keys()) == set(whole.keys()) == {"x", "a", "r", "y"}
+
+
 def test_a_histogram_that_cannot_be_made_fails_its_methods_only(tmp_path):
     from edgekit.core.errors import ConversionFailed
 
@@ -105,8 +125,8 @@ def test_auto_on_onnx_collects_the_statistics_once_for_every_candidate(tmp_path)
     (result,) = convert(request).artifacts
     cal = result.artifact.meta.calibration
     assert [(c.method, c.bias_correction) for c in cal.candidates] == [
-        (m, b) for m in ("minmax", "percentile", "entropy") for b in (False, True)]
-    assert cal.calibration_passes == 1  # six candidates, one pass of the float model over the samples
+        (m, b) for m in ("minmax", "percentile", "entropy", "mean-minmax") for b in (False, True)]
+    assert cal.calibration_passes == 1  # eight candidates, one pass of the float model over the samples
     # the methods' ranges differ, so do their int8 models' outputs on the held-out samples
     without_correction = [c.sqnr_db for c in cal.candidates if not c.bias_correction]
-    assert len(set(without_correction)) == 3, cal.candidates
+    assert len(set(without_correction)) == 4, cal.candidates

@@ -110,8 +110,8 @@ def test_int8_io_on_every_target(tmp_path_factory):
             assert x["name"] == "x" and x["dtype"] == io and 0 < x["scale"] < 0.01
 
 
-@pytest.mark.parametrize("target, method", [("onnx", "entropy"), ("onnx", "percentile"), ("tflite", "mse"),
-                                            ("executorch", "percentile")])
+@pytest.mark.parametrize("target, method", [("onnx", "entropy"), ("onnx", "percentile"), ("onnx", "mean-minmax"),
+                                            ("tflite", "mse"), ("executorch", "percentile")])
 def test_each_method_by_name(tmp_path, target, method):
     result = convert(build_request(str(DIGITS), (target,), str(tmp_path), precision="int8",
                                     eval_data=str(DIGITS_EVAL), calibration=CalibrationSpec(str(DIGITS_CALIB)),

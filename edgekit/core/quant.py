@@ -44,13 +44,14 @@ class Method(StrEnum):
     PERCENTILE = "percentile"
     ENTROPY = "entropy"
     MSE = "mse"
+    MEAN_MINMAX = "mean-minmax"  # the means over the samples of each tensor's min and max (NNCF's default)
     AUTO = "auto"
 
     @classmethod
     def parse(cls, text) -> "Method":
         """A method from its name, any case or surrounding space; BadInput for an unknown one."""
         try:
-            return cls(str(text).strip().lower())
+            return cls(str(text).strip().lower().replace("_", "-"))
         except ValueError:
             raise BadInput(f"unknown calibration method {text!r}", fix=f"use one of {', '.join(cls)}") from None
 
