@@ -99,7 +99,7 @@ def convert(
     int8_io: Annotated[bool, typer.Option("--int8-io", help="Integer model inputs and outputs (int8 only).")] = False,
     calib: Annotated[Optional[str], typer.Option("--calib", help="Calibration data: .npz, folder of .npy or images, module:function, or random.")] = None,
     calib_samples: Annotated[Optional[int], typer.Option("--calib-samples", help="Use the first N calibration samples.")] = None,
-    calib_method: Annotated[str, typer.Option("--calib-method", help="minmax, percentile, entropy, mse, mean-minmax (onnx, ort), or auto.")] = "minmax",
+    calib_method: Annotated[str, typer.Option("--calib-method", help="minmax, percentile, entropy, mse, mean-minmax (onnx, ort; not tried by auto), or auto.")] = "minmax",
     bias_correction: Annotated[Optional[bool], typer.Option("--bias-correction/--no-bias-correction", help="int8: after calibration, subtract each layer's mean output error from its bias. Default: on wherever the target's backend has it (tflite, executorch, onnx, ort; not ptl).", show_default=False)] = None,
     smooth_quant: Annotated[bool, typer.Option("--smooth-quant", help="int8 (tflite from torch, executorch, onnx, ort): SmoothQuant, move a transformer's activation outliers into the weights of the linears reading each LayerNorm.")] = False,
     int16_stem: Annotated[bool, typer.Option("--int16-stem", help="int8 (onnx, ort): int16 activations (a16w8, weights int8) wherever the feature maps are at least a quarter of the input's height and width, for models whose fine early detail decides their outputs; slower than int8 there.")] = False,
