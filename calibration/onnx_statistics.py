@@ -49,8 +49,8 @@ class Statistics:
     means: dict = field(default_factory=dict)  # tensor → the means over the samples of its min and max (mean-minmax)
 
     def ranges(self, method: str):
-        """onnxruntime's TensorsData for `method` (minmax, percentile or entropy), as its calibrator of that
-        method would compute it from the same samples."""
+        """onnxruntime's TensorsData for `method`: minmax, percentile or entropy as onnxruntime's calibrator of
+        that method would compute it from the same samples; mean-minmax from the per-sample extremes."""
         if method not in self.computed:
             self.computed[method] = self._ranges(method)
         return self.computed[method]
