@@ -122,6 +122,23 @@ def test_each_method_by_name(tmp_path, target, method):
     assert r.artifact.meta.quantization.bias_correction is True  # the default recipe, where the backend has it
 
 
+def test_mean_minmax_quantizes_with_its_own_ranges_not_minmax(tmp_path):
+    """A conversion by name uses the means of the per-sample extremes: the input's int8 step is smaller than
+    minmax's (which the whole calibration set's extremes set)."""
+    import onnx
+    from onnx import numpy_helper
+
+    def input_scale(method: str) -> float:
+        (r,) = convert(build_request(str(DIGITS), ("onnx",), str(tmp_path / method), precision="int8",
+                                     eval_data=str(DIGITS_EVAL), calibration=CalibrationSpec(str(DIGITS_CALIB)),
+                                     calib_method=method)).artifacts
+        graph = onnx.load(r.artifact.path).graph
+        q = next(n for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] == graph.input[0].name)
+        return float(numpy_helper.to_array(next(i for i in graph.initializer if i.name == q.input[1])))
+
+    assert input_scale("mean-minmax") < input_scale("minmax")
+
+
 def test_a_method_the_backend_lacks_is_an_error_not_a_substitute(tmp_path):
     calib = CalibrationSpec(str(DIGITS_CALIB))
     with pytest.raises(BadInput, match=r"the tflite backend has no 'entropy' calibration \(it has minmax, percentile, mse\)") as info:
