@@ -75,7 +75,7 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
             precision: str = "fp32", int8: bool = False, calibration: str | os.PathLike | None = None,
             calib_samples: int | None = None, calib_method: str = "minmax", calib_preprocess: str | None = None,
             eval_data: str | os.PathLike | None = None, thresholds: Mapping[str, float] | None = None,
-            output_kinds: Mapping[str, str] | None = None, int8_io: bool = False, bias_correction: bool | None = None, smooth_quant: bool = False,
+            output_kinds: Mapping[str, str] | None = None, int8_io: bool = False, bias_correction: bool | None = None, smooth_quant: bool | None = None,
             int16_stem: bool = False, int16_activations: bool = False, granularity: str = "per-channel", keep: Mapping[str, str] | Iterable[str] | None = None,
             budgets: Mapping[str, float] | None = None, min_int8_share: float = 0.8, max_steps: int = 8,
             input_shapes: Mapping[str, Iterable[int]] | Iterable[str] | None = None,
@@ -98,7 +98,8 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
     - `output_kinds`: {output: kind} saying what an output is ("scores", "embedding", "regression", "map",
       "score", "sequence"), which decides the metrics that judge it, e.g. {"output_1": "regression"}.
     - int8 only: `int8_io`, `bias_correction` (None, the default: on wherever the target's backend has it;
-      True or False to insist), `smooth_quant`, `int16_stem`, `int16_activations`, `granularity` ("per-channel" or
+      True or False to insist), `smooth_quant` (None, the default: on wherever the model has linears reading a
+      normalization and the target's backend has it; True or False to insist), `int16_stem`, `int16_activations`, `granularity` ("per-channel" or
       "per-tensor"), `keep` ({layer: "float" or "int16"}, or a list of layers kept float), and `budgets`
       ({metric: limit}: keep the fewest layers back until they hold) with `min_int8_share` and `max_steps`.
     - `input_shapes` ({input: (1, 3, 224, 224)}), `example_inputs` (.npz), `model_class` ("module:Class"
@@ -120,7 +121,7 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
     from edgekit.sources.loading import SourceOptions  # local: as above
 
     _flags(int8=int8, int8_io=int8_io, bias_correction=True if bias_correction is None else bias_correction,
-           smooth_quant=smooth_quant, int16_stem=int16_stem, int16_activations=int16_activations, trust_pickle=trust_pickle, trust_model_code=trust_model_code, cache=cache)
+           smooth_quant=True if smooth_quant is None else smooth_quant, int16_stem=int16_stem, int16_activations=int16_activations, trust_pickle=trust_pickle, trust_model_code=trust_model_code, cache=cache)
     for keyword, value in (("precision", precision), ("calib_method", calib_method), ("granularity", granularity)):
         if not isinstance(value, str):
             raise BadInput(f"{keyword}={value!r} is not a name", fix=f"give {keyword} as a str")

@@ -78,6 +78,19 @@ def test_auto_tries_every_method_with_every_combination_of_the_passes():
     assert [(s.smooth_quant, s.bias_correction) for s in asked] == [(True, False), (True, True)]  # asked for: always on
 
 
+def test_the_default_smooths_where_the_backend_has_it_and_the_model_has_the_pattern():
+    from edgekit.core.quant import Capabilities, QuantSpec
+
+    has, lacks = Capabilities(methods=("minmax",), smooth_quant=True), Capabilities(methods=("minmax",))
+    default = QuantSpec("int8", smooth_quant=None)  # what the command line leaves to edgekit
+    assert default.for_backend(has, smoothable=True).smooth_quant is True
+    assert default.for_backend(has, smoothable=False).smooth_quant is False
+    assert default.for_backend(lacks, smoothable=True).smooth_quant is False  # never a pass the backend lacks
+    assert QuantSpec("int8", smooth_quant=False).for_backend(has, smoothable=True).smooth_quant is False  # --no-smooth-quant
+    assert lacks.lacks(default.for_backend(lacks, smoothable=True)) is None  # the default is never refused
+    assert lacks.lacks(QuantSpec("int8", smooth_quant=True).for_backend(lacks, smoothable=True)) is not None
+
+
 def test_smooth_quant_applies_to_models_with_linears_reading_a_normalization(tmp_path):
     from edgekit.sources.loading import SourceOptions, open_source
 

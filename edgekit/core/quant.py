@@ -6,7 +6,8 @@ activations (a16w8) where the backend has them. Layers are named as `edgekit lay
 paths for torch sources, layer names for Keras, node names for ONNX).
 
 A request's spec may leave choices to edgekit (method `auto`, bias correction None: wherever the backend
-has it); `QuantSpec.for_backend` settles them for one int8 converter, whose `Capabilities` say what it
+has it, SmoothQuant None: wherever the backend has it and the model has linears reading a normalization);
+`QuantSpec.for_backend` settles them for one int8 converter, whose `Capabilities` say what it
 can express — `Capabilities.lacks` is the one check, run before any work.
 
 Budgets (`--budget cosine=0.995`) are the metric values an accuracy-aware int8 conversion must reach
@@ -94,7 +95,7 @@ class QuantSpec:
     granularity: str = "per_channel"  # of the weights
     int8_io: bool = False
     bias_correction: bool | None = False  # edgekit.calibration.bias_correction, after calibration; None: the backend's default
-    smooth_quant: bool = False  # edgekit.calibration.smooth_quant, before calibration
+    smooth_quant: bool | None = False  # edgekit.calibration.smooth_quant, before calibration; None: where it applies
     int16_stem: bool = False  # int16 activations where the feature maps are at least 1/4 of the input's size
     int16_activations: bool = False  # int16 activations everywhere (a16w8), weights int8
     overrides: tuple[LayerOverride, ...] = field(default_factory=tuple)
@@ -120,12 +121,15 @@ class QuantSpec:
         if self.overrides:
             raise BadInput("--keep needs --precision int8 (or --int8): it keeps layers of a static int8 model back")
 
-    def for_backend(self, capabilities: "Capabilities", method: Method | None = None) -> "QuantSpec":
-        """This spec for one int8 backend: `method` (else this spec's) and bias correction on where the backend
-        has it unless the spec says otherwise (the default recipe). A converter is only given it with a concrete
-        method (ConvertRequest.spec_for); with AUTO it serves to ask what the backend lacks."""
+    def for_backend(self, capabilities: "Capabilities", method: Method | None = None,
+                    smoothable: bool = False) -> "QuantSpec":
+        """This spec for one int8 backend: `method` (else this spec's), bias correction on where the backend
+        has it and SmoothQuant on where it has it and the model is `smoothable` (has linears reading a
+        normalization), unless the spec says otherwise (the default recipe). A converter is only given it with
+        a concrete method (ConvertRequest.spec_for); with AUTO it serves to ask what the backend lacks."""
         bias = self.bias_correction if self.bias_correction is not None else capabilities.bias_correction
-        return replace(self, method=method or self.method, bias_correction=bias)
+        smooth = self.smooth_quant if self.smooth_quant is not None else capabilities.smooth_quant and smoothable
+        return replace(self, method=method or self.method, bias_correction=bias, smooth_quant=smooth)
 
     def layers(self, precision: str) -> tuple[str, ...]:
         """The layers overridden to `precision` ("float" or "int16"), in the order given."""

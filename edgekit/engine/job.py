@@ -89,7 +89,7 @@ class TargetJob:
         if self.req.auto:
             artifact, spec, calibration = self._auto(target, route, step, tmp, calibration)
         else:
-            spec = self.req.spec_for(step.converter)
+            spec = self.req.spec_for(step.converter, smoothable=self._smoothable)
             artifact, calibration = None, replace(calibration, method=spec.method)
         search = None
         if self.req.search.budgets:
@@ -182,7 +182,7 @@ class TargetJob:
         those the converter has, SmoothQuant only where the model has linears reading a normalization, int16
         activations at high resolution only where it has an image input (4-D); int16 activations everywhere
         for any model, after them."""
-        refused = {"bias_correction"} if self.req.quant.bias_correction is False else set()  # --no-bias-correction
+        refused = {p for p in ("bias_correction", "smooth_quant") if getattr(self.req.quant, p) is False}  # --no-…
         images = any(len(i.shape) == 4 for i in self.source.artifact.signature.inputs)
         return tuple(p for p in converter.capabilities.passes() if p not in refused
                      and (p != "smooth_quant" or self._smoothable) and (p != "int16_stem" or images))
@@ -208,7 +208,8 @@ class TargetJob:
         tried, failed, reuse = [], [], Reuse()
         # a pass the request insists on is on in every candidate; the others are tried off and on
         methods = step.converter.capabilities.methods
-        base = replace(self.req.quant, method=methods[0], bias_correction=self.req.quant.bias_correction is True)
+        base = replace(self.req.quant, method=methods[0], bias_correction=self.req.quant.bias_correction is True,
+                       smooth_quant=self.req.quant.smooth_quant is True)
         specs = auto_specs(base, methods, self._passes(step.converter))
         if early:
             self.say(f"{target.name}: ranking {len(specs)} candidates by their quantized graphs before lowering "

@@ -18,7 +18,7 @@ from edgekit.sources.loading import SourceOptions
 @dataclass(frozen=True)
 class ConvertRequest:
     """What a conversion is asked to do. `quant` may leave choices to edgekit (method AUTO, bias correction
-    None); `spec_for` settles them for one backend."""
+    and SmoothQuant None); `spec_for` settles them for one backend."""
 
     source: str
     targets: tuple[str, ...] = ("all",)
@@ -50,14 +50,15 @@ class ConvertRequest:
         """Whether the calibration method is chosen per target on held-out samples."""
         return self.quant.method is Method.AUTO
 
-    def spec_for(self, converter=None, method: Method | None = None) -> QuantSpec:
+    def spec_for(self, converter=None, method: Method | None = None, smoothable: bool = False) -> QuantSpec:
         """The spec a route's int8 `converter` (None: a route that does not calibrate) is given: the
-        method `method` (else the request's; a route that does not calibrate ignores it) and bias
-        correction where the backend has it unless the request says otherwise."""
+        method `method` (else the request's; a route that does not calibrate ignores it), bias correction
+        where the backend has it and SmoothQuant where it has it and the model is `smoothable`, unless the
+        request says otherwise."""
         if method is None:
             method = Method.MINMAX if self.auto else self.quant.method
         capabilities = converter.capabilities if converter is not None else Capabilities()
-        return self.quant.for_backend(capabilities, method)
+        return self.quant.for_backend(capabilities, method, smoothable)
 
 
 def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str = "edgekit-out", *,
@@ -65,7 +66,7 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
                   calib_samples: int | None = None, calib_preprocess: str | None = None, calib_method: str = "minmax",
                   eval_data: str | None = None, thresholds: Mapping | Iterable[str] = (),
                   output_kinds: Mapping | Iterable[str] = (), int8_io: bool = False,
-                  bias_correction: bool | None = None, smooth_quant: bool = False, int16_stem: bool = False,
+                  bias_correction: bool | None = None, smooth_quant: bool | None = None, int16_stem: bool = False,
                   int16_activations: bool = False,
                   granularity: str = "per-channel",
                   keep: Mapping | Iterable[str] = (), budgets: Mapping | Iterable[str] = (),

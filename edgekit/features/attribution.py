@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.calibration import pt2e
+from edgekit.calibration.smooth_quant import applies as smooth_quant_applies
 from edgekit.calibration.data import load_samples
 from edgekit.calibration.sources import load_calibration
 from edgekit.core.drift import LayerDrift
@@ -29,13 +30,14 @@ def attributed(fmt: str) -> bool:
 
 def attribute(artifact_path: str, source: str, *, source_options=None, eval_data: str | None = None,
               calibration=None, method: str = "minmax", bias_correction: bool = False,
-              smooth_quant: bool = False, progress=None, model=None, float_path: str | None = None,
+              smooth_quant: bool | None = None, progress=None, model=None, float_path: str | None = None,
               gains: bool = False) -> list[LayerDrift]:
     """Rank the layers of the int8 artifact at `artifact_path` by the SQNR they lose (see the module doc).
 
     The float reference is `float_path` or the fp32 artifact of the same format, converted from `source` by
     the same route; for .pte it is the float exported program, and the int8 side is the PT2E model rebuilt
-    with `calibration` (a CalibrationSpec), `method`, `bias_correction` and `smooth_quant`. `model` is
+    with `calibration` (a CalibrationSpec), `method`, `bias_correction` and `smooth_quant` (None: as convert's
+    default, on where the model has linears reading a normalization). `model` is
     `source` already opened (edgekit.engine.pipeline.Sources), when the caller has it. With `gains`, what
     keeping each layer float gains the outputs is measured where the format's tracer can (onnx).
     """
@@ -76,6 +78,8 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     pte_calibration = None
     if fmt == "pte":
         pte_calibration = load_calibration(calibration, signature)[0]
+    if smooth_quant is None:
+        smooth_quant = smooth_quant_applies(model)
     with captured():
         return rank_layers(model, fmt, artifact_path, inputs, calibration=pte_calibration,
                            spec=QuantSpec("int8", method, bias_correction=bias_correction, smooth_quant=smooth_quant),

@@ -19,8 +19,8 @@ The config (TOML) lists models, each with its targets, precisions, data and budg
 With `search = true` (or a `[models.search]` table with `min_int8_share` and `max_steps`), an int8
 case that misses its metric budgets keeps the fewest layers back from int8 until they hold
 (edgekit.engine.search); the baseline records the layers it kept, and the next run starts from them.
-`bias_correction = true` corrects the int8 models' biases after calibration, `smooth_quant = true`
-smooths a transformer's linears before it, `int16_stem = true` gives the activations at high resolution
+`bias_correction` corrects the int8 models' biases after calibration, `smooth_quant` smooths a
+transformer's linears before it (both on by default where they apply; `= false` turns one off), `int16_stem = true` gives the activations at high resolution
 int16, `int16_activations = true` all of them (onnx, ort; the search tries all four on its own; the baseline records whether it used them).
 
 Instead of targets and precisions, a model may list `artifacts = ["build/m.int8.tflite", ...]`:

@@ -34,7 +34,7 @@ class ModelCheck:
     input_shape: tuple[str, ...] = ()
     calib_method: str = "minmax"
     bias_correction: bool | None = None  # int8: correct biases after calibration; None: wherever the backend has it
-    smooth_quant: bool = False  # int8: SmoothQuant before calibration (the same targets)
+    smooth_quant: bool | None = None  # int8: SmoothQuant before calibration; None: where the model and backend have it
     int16_stem: bool = False  # int8: int16 activations at high resolution (onnx, ort)
     int16_activations: bool = False  # int8: int16 activations everywhere (onnx, ort)
     budgets: dict = field(default_factory=dict)  # precision (or "*") → {key: limit}
@@ -139,7 +139,7 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         name=name, path=rel("path"), targets=strings("targets", []),
         precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
         input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
-        bias_correction=_flag(m, "bias_correction", where, None), smooth_quant=_flag(m, "smooth_quant", where),
+        bias_correction=_flag(m, "bias_correction", where, None), smooth_quant=_flag(m, "smooth_quant", where, None),
         int16_stem=_flag(m, "int16_stem", where), int16_activations=_flag(m, "int16_activations", where),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
         search=_search(m.get("search"), where, "int8" in precisions), output_kinds=_output_kinds(m, where),
