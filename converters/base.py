@@ -53,6 +53,7 @@ class Reuse:
 
     kept: dict = field(default_factory=dict)
     calibration_passes: int = 0  # statistics collected by running the float model over the samples
+    histograms: bool = True  # False: the conversions need each tensor's extremes only (the default recipe's choice)
 
 
 @dataclass(frozen=True)

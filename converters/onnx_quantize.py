@@ -52,6 +52,7 @@ class OnnxQuantize(Converter):
     precisions = ("fp16", "int8", "int8-dynamic")
     capabilities = Capabilities(
         methods=("minmax", "percentile", "entropy", "mean-minmax"),
+        default_methods=("minmax", "mean-minmax"),  # mean-minmax where it drifts clearly less (the README's zoo)
         int8_io=True,
         fallbacks=("int16", "float"),  # TensorQuantOverrides with QInt16 activations (a16w8); nodes_to_exclude
         granularities=("per_channel", "per_tensor"),
@@ -180,9 +181,11 @@ def _ranges(prepared: Path, reader, ctx: ConvertContext):
     key = ("statistics", ctx.spec.smooth_quant)  # of the float model calibrated: smoothed or not
     stats = reuse.kept.get(key) if reuse else None
     if stats is None:
-        # bounded for auto; mean-minmax alone needs only each sample's min and max, reduced in the session
-        per_sample = (-(-onnx_statistics.VALUES // len(reader)) if reuse is not None
-                      else 1 if method == "mean-minmax" else None)
+        # bounded for auto; minmax and mean-minmax need only each sample's min and max, reduced in the session
+        if reuse is not None:
+            per_sample = -(-onnx_statistics.VALUES // len(reader)) if reuse.histograms else 1
+        else:
+            per_sample = 1 if method == "mean-minmax" else None
         stats = onnx_statistics.collect(prepared, iter(reader.get_next, None), ctx.work_dir, per_sample)
         if reuse is not None:
             reuse.kept[key] = stats

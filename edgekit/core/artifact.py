@@ -54,7 +54,9 @@ class CalibrationCandidate:
 @dataclass(frozen=True)
 class CalibrationRecord:
     """Where an int8 artifact's ranges came from: the samples' source and count and the method used; with
-    `--calib-method auto`, every candidate measured on `held_out_samples` (`requested` is then AUTO)."""
+    `--calib-method auto`, every candidate measured on `held_out_samples` (`requested` is then AUTO); where the
+    default recipe chose between methods (Capabilities.default_methods), its candidates, measured on
+    `chosen_on_calibration_samples` of the calibration samples (or a search's `held_out_samples`)."""
 
     source: str
     samples: int
@@ -63,14 +65,20 @@ class CalibrationRecord:
     held_out_samples: int | None = None
     calibration_passes: int | None = None  # auto's passes over the samples, where its candidates share them
     candidates: tuple[CalibrationCandidate, ...] = ()
+    chosen_on_calibration_samples: int | None = None  # the default recipe's choice, made on calibration samples
 
     def to_json(self) -> dict:
-        """source, samples, method; with auto, requested, held_out_samples and the candidates too."""
+        """source, samples, method; with auto, requested, held_out_samples and the candidates too; with the
+        default recipe's choice, the samples it was made on and the candidates."""
         out = {"source": self.source, "samples": self.samples, "method": self.method}
         if self.requested is not None:
             out.update(requested=self.requested, held_out_samples=self.held_out_samples)
             if self.calibration_passes is not None:
                 out["calibration_passes"] = self.calibration_passes
+        elif self.candidates:
+            out.update({k: v for k, v in (("held_out_samples", self.held_out_samples),
+                                          ("chosen_on_calibration_samples", self.chosen_on_calibration_samples)) if v})
+        if self.candidates or self.requested is not None:
             out["candidates"] = [c.to_json() for c in self.candidates]
         return out
 
@@ -79,7 +87,8 @@ class CalibrationRecord:
         """Inverse of `to_json`."""
         return cls(d["source"], d["samples"], Method(d["method"]), d.get("requested") and Method(d["requested"]),
                    d.get("held_out_samples"), d.get("calibration_passes"),
-                   tuple(CalibrationCandidate.from_json(c) for c in d.get("candidates", ())))
+                   tuple(CalibrationCandidate.from_json(c) for c in d.get("candidates", ())),
+                   d.get("chosen_on_calibration_samples"))
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ activations, the whole-model passes, and per-layer overrides: layers that keep f
 activations (a16w8) where the backend has them. Layers are named as `edgekit layers` names them (module
 paths for torch sources, layer names for Keras, node names for ONNX).
 
-A request's spec may leave choices to edgekit (method `auto`, bias correction None: wherever the backend
+A request's spec may leave choices to edgekit (method `auto`; method None: the default recipe's, which a
+backend may choose among `Capabilities.default_methods` by measurement; bias correction None: wherever the backend
 has it, SmoothQuant None: wherever the backend has it and the model has linears reading a normalization);
 `QuantSpec.for_backend` settles them for one int8 converter, whose `Capabilities` say what it
 can express — `Capabilities.lacks` is the one check, run before any work.
@@ -89,7 +90,7 @@ class QuantSpec:
     (`for_backend`): a concrete method and bias correction on or off."""
 
     precision: str = "fp32"  # one of PRECISIONS
-    method: Method = Method.MINMAX
+    method: Method | None = Method.MINMAX  # None: the default recipe's (Capabilities.default_methods)
     weight_bits: int = 8
     activation_bits: int = 8
     granularity: str = "per_channel"  # of the weights
@@ -101,7 +102,8 @@ class QuantSpec:
     overrides: tuple[LayerOverride, ...] = field(default_factory=tuple)
 
     def __post_init__(self):
-        object.__setattr__(self, "method", Method.parse(self.method))
+        if self.method is not None:
+            object.__setattr__(self, "method", Method.parse(self.method))
         if self.precision not in PRECISIONS:
             raise BadInput(f"unknown precision {self.precision!r}", fix=f"use one of {', '.join(PRECISIONS)}")
         if self.granularity not in GRANULARITIES:
@@ -123,13 +125,15 @@ class QuantSpec:
 
     def for_backend(self, capabilities: "Capabilities", method: Method | None = None,
                     smoothable: bool = False) -> "QuantSpec":
-        """This spec for one int8 backend: `method` (else this spec's), bias correction on where the backend
+        """This spec for one int8 backend: `method` (else this spec's, else the first of the backend's
+        `default_methods`), bias correction on where the backend
         has it and SmoothQuant on where it has it and the model is `smoothable` (has linears reading a
         normalization), unless the spec says otherwise (the default recipe). A converter is only given it with
         a concrete method (ConvertRequest.spec_for); with AUTO it serves to ask what the backend lacks."""
         bias = self.bias_correction if self.bias_correction is not None else capabilities.bias_correction
         smooth = self.smooth_quant if self.smooth_quant is not None else capabilities.smooth_quant and smoothable
-        return replace(self, method=method or self.method, bias_correction=bias, smooth_quant=smooth)
+        return replace(self, method=method or self.method or capabilities.default_methods[0], bias_correction=bias,
+                       smooth_quant=smooth)
 
     def layers(self, precision: str) -> tuple[str, ...]:
         """The layers overridden to `precision` ("float" or "int16"), in the order given."""
@@ -141,8 +145,8 @@ class QuantSpec:
         return replace(self, overrides=(*kept, LayerOverride(layer, precision)))
 
     def to_json(self) -> dict:
-        """Every field by name (the method as its string); `from_json` reads it back."""
-        return {"precision": self.precision, "method": str(self.method), "weight_bits": self.weight_bits,
+        """Every field by name (the method as its string, None: the default recipe's); `from_json` reads it back."""
+        return {"precision": self.precision, "method": self.method and str(self.method), "weight_bits": self.weight_bits,
                 "activation_bits": self.activation_bits, "granularity": self.granularity,
                 "int8_io": self.int8_io, "bias_correction": self.bias_correction, "smooth_quant": self.smooth_quant,
                 "int16_stem": self.int16_stem, "int16_activations": self.int16_activations, "overrides": [o.to_json() for o in self.overrides]}
@@ -170,6 +174,9 @@ class Capabilities:
     """What an int8 converter can express, declared by it and checked against a spec before any work."""
 
     methods: tuple[Method, ...] = ()  # calibration methods native to the backend
+    # What the default recipe (no --calib-method) chooses between: the first, unless another drifts clearly less on
+    # calibration samples (edgekit.engine.job.DEFAULT_MARGIN_DB); one method: nothing to choose.
+    default_methods: tuple[Method, ...] = (Method.MINMAX,)
     int8_io: bool = False  # integer model inputs and outputs
     granularities: tuple[str, ...] = ("per_channel",)  # of int8 weights
     fallbacks: tuple[str, ...] = ()  # what a layer kept back from int8 can become (FALLBACKS)
@@ -180,6 +187,7 @@ class Capabilities:
 
     def __post_init__(self):
         object.__setattr__(self, "methods", tuple(Method.parse(m) for m in self.methods))
+        object.__setattr__(self, "default_methods", tuple(Method.parse(m) for m in self.default_methods))
 
     def passes(self) -> tuple[str, ...]:
         """The whole-model passes (PASSES) this backend has, in the order they are tried."""
@@ -188,7 +196,7 @@ class Capabilities:
     def lacks(self, spec: QuantSpec) -> Lack | None:
         """The first thing of `spec` this backend cannot express, or None (AUTO is every method it has)."""
         method = spec.method
-        if method is not Method.AUTO and method not in self.methods:
+        if method not in (None, Method.AUTO) and method not in self.methods:
             have = ", ".join(self.methods)
             return Lack(f"has no '{method}' calibration (it has {have})", f"no '{method}' calibration (it has {have})",
                         f"use --calib-method {' or '.join(self.methods)} or auto", lambda c: method in c.methods)

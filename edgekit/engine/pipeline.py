@@ -32,6 +32,7 @@ from edgekit.core.results import ArtifactResult, ConvertResult
 from edgekit.core.verify import THRESHOLDS, compare
 from edgekit.engine.build import Intermediates, Progress, run_folder, stem_of
 from edgekit.engine.job import TargetJob
+from edgekit.engine.layers import SAMPLES
 from edgekit.engine.plan import Plan, plan
 from edgekit.engine.request import ConvertRequest
 from edgekit.engine.isolation import run_isolated, start_workers
@@ -79,7 +80,7 @@ class Prepared:
     calib: SampleSet | None
     samples: SampleSet  # the verification samples
     reference: list  # the source's outputs on them
-    selection: tuple | None  # (held-out samples, their reference outputs) for auto and the search
+    selection: tuple | None  # (samples, their reference outputs) for auto, the search and the default's choice
     warnings: tuple[str, ...] = ()
 
 
@@ -118,6 +119,10 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
     selection = None
     if (req.auto or req.search.budgets) and held_out is not None:
         selection = (held_out, sources.reference(source_model, held_out, say))
+    elif calib is not None and any(len(req.default_methods(r.quantizing_step.converter)) > 1
+                                   for _, r in plan.routes if r.quantizing_step):
+        chosen_on = calib.head(min(SAMPLES, len(calib)))  # the default recipe chooses its method on these
+        selection = (chosen_on, sources.reference(source_model, chosen_on, say))
     return Prepared(plan, source_model, calib, samples, reference, selection, tuple(warnings))
 
 

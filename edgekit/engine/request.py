@@ -17,8 +17,8 @@ from edgekit.sources.loading import SourceOptions
 
 @dataclass(frozen=True)
 class ConvertRequest:
-    """What a conversion is asked to do. `quant` may leave choices to edgekit (method AUTO, bias correction
-    and SmoothQuant None); `spec_for` settles them for one backend."""
+    """What a conversion is asked to do. `quant` may leave choices to edgekit (method AUTO or None, bias
+    correction and SmoothQuant None); `spec_for` settles them for one backend."""
 
     source: str
     targets: tuple[str, ...] = ("all",)
@@ -60,10 +60,17 @@ class ConvertRequest:
         capabilities = converter.capabilities if converter is not None else Capabilities()
         return self.quant.for_backend(capabilities, method, smoothable)
 
+    def default_methods(self, converter) -> tuple[Method, ...]:
+        """The methods the default recipe chooses between on `converter`'s backend: more than one only where
+        the request names no method and the backend has such a choice (Capabilities.default_methods)."""
+        if self.quant.method is not None or converter is None:
+            return ()
+        return converter.capabilities.default_methods
+
 
 def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str = "edgekit-out", *,
                   precision: str = "fp32", int8: bool = False, calibration: str | CalibrationSpec | None = None,
-                  calib_samples: int | None = None, calib_preprocess: str | None = None, calib_method: str = "minmax",
+                  calib_samples: int | None = None, calib_preprocess: str | None = None, calib_method: str | None = None,
                   eval_data: str | None = None, thresholds: Mapping | Iterable[str] = (),
                   output_kinds: Mapping | Iterable[str] = (), int8_io: bool = False,
                   bias_correction: bool | None = None, smooth_quant: bool | None = None, int16_stem: bool = False,

@@ -32,7 +32,7 @@ class ModelCheck:
     calibration: str | None = None
     eval: str | None = None
     input_shape: tuple[str, ...] = ()
-    calib_method: str = "minmax"
+    calib_method: str | None = None  # None: the default recipe's
     bias_correction: bool | None = None  # int8: correct biases after calibration; None: wherever the backend has it
     smooth_quant: bool | None = None  # int8: SmoothQuant before calibration; None: where the model and backend have it
     int16_stem: bool = False  # int8: int16 activations at high resolution (onnx, ort)
@@ -138,12 +138,19 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
     return ModelCheck(
         name=name, path=rel("path"), targets=strings("targets", []),
         precisions=precisions, calibration=rel("calibration"), eval=rel("eval"),
-        input_shape=strings("input_shape", []), calib_method=str(m.get("calib_method", "minmax")),
+        input_shape=strings("input_shape", []), calib_method=_method(m, where),
         bias_correction=_flag(m, "bias_correction", where, None), smooth_quant=_flag(m, "smooth_quant", where, None),
         int16_stem=_flag(m, "int16_stem", where), int16_activations=_flag(m, "int16_activations", where),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
         search=_search(m.get("search"), where, "int8" in precisions), output_kinds=_output_kinds(m, where),
     )
+
+
+def _method(m: dict, where: str) -> str | None:
+    value = m.get("calib_method")
+    if value is not None and not isinstance(value, str):
+        raise BadInput(f"{where}.calib_method: {value!r} is not a method name", fix='write calib_method = "minmax"')
+    return value
 
 
 def _flag(m: dict, key: str, where: str, default: bool | None = False) -> bool | None:

@@ -248,7 +248,8 @@ def attribute_case(m: ModelCheck, c: Case, options: Options, float_path: str | N
         layers = attribute(c.path, m.path, source_options=m.source_options(trust), model=model, float_path=float_path,
                            eval_data=m.eval,
                            calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration else None,
-                           method=m.calib_method, bias_correction=c.bias_correction, smooth_quant=c.smooth_quant,
+                           method=m.calib_method or "minmax",  # the PT2E backends' default recipe
+                           bias_correction=c.bias_correction, smooth_quant=c.smooth_quant,
                            progress=progress)
     except EdgekitError as e:
         return replace(c, layers_note=f"no per-layer attribution: {e}")
