@@ -144,7 +144,7 @@ def test_the_default_takes_mean_minmax_where_a_few_samples_set_the_minmax_ranges
     calibration samples), runs both on the first 32 calibration samples and keeps mean-minmax only where it drifts
     clearly less: on a CNN with a channel that sees only highlights (its range set by a third of the crops) it does,
     and the artifact drifts less on the eval crops than minmax's. tflite has one default method: no choice."""
-    from edgekit.engine.job import DEFAULT_MARGIN_DB
+    from edgekit.engine.choice import DEFAULT_MARGIN_DB
     from edgekit.sources.loading import SourceOptions
     from tests.models import photo_crops
 

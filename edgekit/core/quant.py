@@ -175,7 +175,7 @@ class Capabilities:
 
     methods: tuple[Method, ...] = ()  # calibration methods native to the backend
     # What the default recipe (no --calib-method) chooses between: the first, unless another drifts clearly less on
-    # calibration samples (edgekit.engine.job.DEFAULT_MARGIN_DB); one method: nothing to choose.
+    # calibration samples (edgekit.engine.choice.DEFAULT_MARGIN_DB); one method: nothing to choose.
     default_methods: tuple[Method, ...] = (Method.MINMAX,)
     int8_io: bool = False  # integer model inputs and outputs
     granularities: tuple[str, ...] = ("per_channel",)  # of int8 weights
