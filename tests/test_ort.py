@@ -116,12 +116,15 @@ def test_int8_io_ort_from_the_cli_json(tmp_path):
 
 
 def test_onnx_and_ort_at_int8_share_one_export_and_one_calibration(tmp_path):
-    """`--target onnx --target ort --int8`: torch → onnx and the ONNX calibration run once, for both."""
+    """`--target onnx --target ort --int8`: torch → onnx and the ONNX calibration run once, for both: the default
+    recipe's two candidates (minmax, mean-minmax) are quantized once each, for onnx, and the ort target reuses them."""
     proc = run_cli("convert", DIGITS, "-t", "onnx", "-t", "ort", "--int8", "--calib", DIGITS_CALIB, "--eval", DIGITS_EVAL,
                    "-o", tmp_path / "out", "--json", "--no-cache")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("converting torch-export → onnx at fp32") == 1, proc.stderr
-    assert proc.stderr.count("converting onnx → onnx at int8 (onnx_quantize") == 1, proc.stderr
+    assert proc.stderr.count("converting onnx → onnx at int8 (onnx_quantize") == 2, proc.stderr
+    for method in ("minmax", "mean-minmax"):
+        assert f"onnx: converting onnx → onnx at int8 (onnx_quantize, {method} calibration" in proc.stderr
     assert "ort: reusing the int8 onnx model built for onnx (onnx_quantize)" in proc.stderr
     onnx, ort = json.loads(proc.stdout)["artifacts"]
     assert "reused" not in onnx
