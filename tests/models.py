@@ -212,8 +212,8 @@ def score_head_net() -> nn.Module:
 class RareHighlights(nn.Module):
     """A small CNN on photo crops whose first conv has one channel that sees only highlights: channel 0 is
     200 × (brightness − 0.85), so its range is set by the third of the crops that have near-white pixels
-    (the largest of them 30, the mean of the crops' largest 9) while the other channels stay within a few
-    units, and the next conv reads it at a hundredth of its weight. One int8 scale for the tensor, set by the
+    (the largest of them 30, the mean of the crops' largest 9) while the other channels stay under 1.1, and the
+    next conv reads it at a hundredth of its weight. One int8 scale for the tensor, set by the
     brightest crop, leaves the other channels a handful of levels (the class mean-minmax ranges mend)."""
 
     def __init__(self) -> None:
