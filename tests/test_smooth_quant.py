@@ -91,6 +91,23 @@ def test_the_default_smooths_where_the_backend_has_it_and_the_model_has_the_patt
     assert lacks.lacks(QuantSpec("int8", smooth_quant=True).for_backend(lacks, smoothable=True)) is not None
 
 
+def test_a_request_leaves_smooth_quant_and_the_onnx_method_to_the_default_unless_told():
+    """What `build_request` (the command line's and the API's options) hands the backends: SmoothQuant on for a
+    model with the pattern unless `smooth_quant=False`; on onnx a choice of two methods unless one is named, and
+    none on a backend with one default method."""
+    from edgekit.converters.onnx_quantize import OnnxQuantize
+    from edgekit.converters.tf_to_tflite import TfToTflite
+    from edgekit.engine.request import build_request
+
+    default = build_request("m.onnx", ("onnx",), precision="int8")
+    assert default.spec_for(OnnxQuantize, smoothable=True).smooth_quant is True
+    assert build_request("m.onnx", ("onnx",), precision="int8", smooth_quant=False).spec_for(
+        OnnxQuantize, smoothable=True).smooth_quant is False
+    assert default.default_choice(OnnxQuantize) == ("minmax", "mean-minmax")
+    assert default.default_choice(TfToTflite) == ()
+    assert build_request("m.onnx", ("onnx",), precision="int8", calib_method="minmax").default_choice(OnnxQuantize) == ()
+
+
 def test_smooth_quant_applies_to_models_with_linears_reading_a_normalization(tmp_path):
     from edgekit.sources.loading import SourceOptions, open_source
 

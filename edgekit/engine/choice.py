@@ -25,6 +25,7 @@ MAX_LOWERED = 2  # one lowering more than the kept one at most: auto stays withi
 # is this much higher: on the zoo's onnx rows mean-minmax led minmax there by 2.5 dB (MTCNN P-Net) and 2.1 dB
 # (PP-OCR rec), where it verified better, and by 0.2 dB on NudeNet, where it verified worse (see the README).
 DEFAULT_MARGIN_DB = 1.0
+DEFAULT_CHOICE_SAMPLES = 32  # the first calibration samples the default recipe measures its methods on
 
 
 class Choosing:
@@ -73,7 +74,7 @@ class Choosing:
         samples, run in the runtime on the selection samples (the first calibration samples, or a search's
         held-out ones); the first method is kept unless another's SQNR is DEFAULT_MARGIN_DB higher. Returns its
         artifact, its spec and `calibration` with the candidates. A method that fails is recorded and left out."""
-        specs = [self.req.spec_for(step.converter, m, self._smoothable) for m in self.req.default_methods(step.converter)]
+        specs = [self.req.spec_for(step.converter, m, self._smoothable) for m in self.req.default_choice(step.converter)]
         tried, failed = self._tried(target, route, step, tmp, specs, Reuse(histograms=False), early=False)
         if not tried:
             raise failed[0][0]
@@ -81,7 +82,7 @@ class Choosing:
         for candidate in tried[1:]:
             if _drift_rank(candidate[2])[0] >= _drift_rank(kept[2])[0] + DEFAULT_MARGIN_DB:
                 kept = candidate
-        held_out = bool(self.req.search.budgets)  # a search's held-out samples, else the first calibration samples
+        held_out = self.req.chooses_on_held_out  # a search's held-out samples, else the first calibration samples
         samples = len(self.selection[0])
         return kept[0], kept[1], replace(calibration, method=kept[1].method, held_out_samples=samples if held_out else None,
                                          chosen_on_calibration_samples=None if held_out else samples,
@@ -117,7 +118,7 @@ class Choosing:
         held_out, held_ref = self.selection
         m = compare(held_ref, outputs, {}).metrics["output_0"]
         shown = f"cosine {m['cosine']:.6f}" if "cosine" in m else f"max_abs {m['max_abs']:.6g}"  # a score: no cosine
-        named = "held-out" if self.req.auto or self.req.search.budgets else "calibration"
+        named = "held-out" if self.req.chooses_on_held_out else "calibration"
         self.say(f"{_what(target, spec)}: {shown} on {len(held_out)} {named} samples"
                  + (" (its quantized graph, before lowering)" if where == BEFORE_LOWERING else ""))
         return replace(record, sqnr_db=m["sqnr_db"], cosine=m.get("cosine"), max_abs=m["max_abs"], measured_on=where)

@@ -82,7 +82,7 @@ class TargetJob(Choosing):
         calibration = CalibrationRecord(self.calib.source, len(self.calib), self.req.quant.method)
         if self.req.auto:
             artifact, spec, calibration = self._auto(target, route, step, tmp, calibration)
-        elif len(self.req.default_methods(step.converter)) > 1:
+        elif self.req.default_choice(step.converter):
             artifact, spec, calibration = self._default(target, route, step, tmp, calibration)
         else:
             spec = self.req.spec_for(step.converter, smoothable=self._smoothable)

@@ -32,7 +32,7 @@ from edgekit.core.results import ArtifactResult, ConvertResult
 from edgekit.core.verify import THRESHOLDS, compare
 from edgekit.engine.build import Intermediates, Progress, run_folder, stem_of
 from edgekit.engine.job import TargetJob
-from edgekit.engine.layers import SAMPLES
+from edgekit.engine.choice import DEFAULT_CHOICE_SAMPLES
 from edgekit.engine.plan import Plan, plan
 from edgekit.engine.request import ConvertRequest
 from edgekit.engine.isolation import run_isolated, start_workers
@@ -117,11 +117,11 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
                         "which says little about accuracy; pass --eval data.npz")
     reference = sources.reference(source_model, samples, say)
     selection = None
-    if (req.auto or req.search.budgets) and held_out is not None:
+    if req.chooses_on_held_out and held_out is not None:
         selection = (held_out, sources.reference(source_model, held_out, say))
-    elif calib is not None and any(len(req.default_methods(r.quantizing_step.converter)) > 1
-                                   for _, r in plan.routes if r.quantizing_step):
-        chosen_on = calib.head(min(SAMPLES, len(calib)))  # the default recipe chooses its method on these
+    elif calib is not None and any(req.default_choice(r.quantizing_step.converter) for _, r in plan.routes
+                                   if r.quantizing_step):
+        chosen_on = calib.head(min(DEFAULT_CHOICE_SAMPLES, len(calib)))  # the default recipe chooses its method on these
         selection = (chosen_on, sources.reference(source_model, chosen_on, say))
     return Prepared(plan, source_model, calib, samples, reference, selection, tuple(warnings))
 

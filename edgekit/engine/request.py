@@ -60,10 +60,16 @@ class ConvertRequest:
         capabilities = converter.capabilities if converter is not None else Capabilities()
         return self.quant.for_backend(capabilities, method, smoothable)
 
-    def default_methods(self, converter) -> tuple[Method, ...]:
-        """The methods the default recipe chooses between on `converter`'s backend: more than one only where
-        the request names no method and the backend has such a choice (Capabilities.default_methods)."""
-        if self.quant.method is not None or converter is None:
+    @property
+    def chooses_on_held_out(self) -> bool:
+        """Whether the run's choices (auto's method, the search's steps, and within a search the default
+        recipe's method) are measured on calibration samples held out from calibration."""
+        return self.auto or bool(self.search.budgets)
+
+    def default_choice(self, converter) -> tuple[Method, ...]:
+        """The methods the default recipe chooses between on `converter`'s backend (Capabilities.default_methods):
+        empty where there is nothing to choose (the request names its method, or the backend has one default)."""
+        if self.quant.method is not None or converter is None or len(converter.capabilities.default_methods) < 2:
             return ()
         return converter.capabilities.default_methods
 
