@@ -145,6 +145,27 @@ def test_a_step_must_show_progress_beyond_top1_agreement():
         assert record.steps[1].note.startswith(("undone: no progress on cosine", "undone: no progress on the output"))
 
 
+def test_a_large_gain_in_signal_outweighs_one_sample_lost_on_top1():
+    """Top-1 agreement on 32 samples loses one flip by chance as it wins one: a pass that raises the output
+    SQNR by 2 dB is kept though one sample more disagrees; one that costs two samples is undone. With int16
+    activations everywhere kept, no layer is tried at int16 (it would change nothing)."""
+    def measure_losing(flips):
+        def measure(spec, index):
+            top1 = (31 - (flips if spec.int16_activations else 0) + len(spec.overrides)) / 32
+            sqnr = 24.0 + (2.0 if spec.int16_activations else 0) + 3.0 * len(spec.overrides)
+            return Measurement(spec, None, {"output_0": {"top1_agreement": top1, "sqnr_db": sqnr}},
+                               1.0, 1000, 0, 0.0, samples=32)
+        return measure
+
+    for flips, kept in ((1, True), (2, False)):
+        best, record = Search((Budget("top1_agreement", 0.97),), ("int16", "float"), passes=("int16_activations",)).run(
+            QuantSpec("int8"), measure_losing(flips), lambda m: [_Layer("a", 8, gain_db=1.0)])
+        assert record.steps[1].change == "int16_activations" and record.steps[1].accepted is kept, flips
+        assert best.spec.int16_activations is kept
+        assert kept or record.steps[1].note == "undone: worse than without it"
+        assert (record.steps[2].layer, record.steps[2].precision) == ("a", "float" if kept else "int16")
+
+
 def test_a_large_move_of_a_met_cosine_counts_toward_a_missed_top1():
     def measure(spec, index):
         cos = 0.991 + (0.002 if spec.overrides else 0)  # cosine met either way; top-1 unchanged
@@ -260,6 +281,16 @@ def test_the_search_keeps_exactly_the_damaged_layer_back(tmp_path, target):
     # bias correction is part of the default recipe, on from full int8: no step of its own, and it stays on
     assert artifact["quantization"]["bias_correction"] and "bias_correction" not in [s.get("change") for s in search["steps"]]
     assert "kept back: conv2 at float" in p.stderr
+
+
+def test_a_failed_int8_verdict_names_the_layer_and_the_options_that_keep_it_back(tmp_path):
+    p, artifact = _convert(tmp_path, target="onnx")
+    assert p.returncode == 1 and artifact["verification"]["status"] == "fail"
+    note = next(n for n in artifact["verification"]["notes"] if n.startswith("the layers whose float copy gains"))
+    assert note.split(": ", 1)[1].startswith("conv2 (+")  # the damaged layer first, by its measured gain
+    assert "--keep conv2 keeps the first back; --budget cosine=0.99" in note and "--budget cosine=0.99" in p.stderr
+    p, artifact = _convert(tmp_path / "quiet", "--no-attribution", target="onnx")
+    assert p.returncode == 1 and not any(n.startswith("the layers") for n in artifact["verification"].get("notes", []))
 
 
 @pytest.mark.slow

@@ -120,6 +120,7 @@ def convert(
     keep: Annotated[list[str], typer.Option("--keep", help="int8: keep a layer back, LAYER=float or LAYER=int16 (named as `edgekit layers` names it; repeat).")] = [],
     granularity: Annotated[str, typer.Option("--granularity", help="int8 weights: per-channel or per-tensor.")] = "per-channel",
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Convert and verify again even when the artifact cache holds this exact result.")] = False,
+    attribution: Annotated[bool, typer.Option("--attribution/--no-attribution", help="int8: when an artifact fails its verdict, rank its layers (one trace of the model) and name those whose float copy gains the outputs most, with the --keep and --budget options that keep them back.")] = True,
     bench: Annotated[bool, typer.Option("--bench", help="Also time each artifact in its runtime (host CPU latency, 1 thread and all cores); at int8 the fp32 artifacts are made too, for the ratio.")] = False,
 ):
     """Convert MODEL to each target and verify every artifact against the source model."""
@@ -135,7 +136,7 @@ def convert(
         calib_preprocess=calib_preprocess, calib_method=calib_method, eval_data=eval_data, thresholds=threshold,
         output_kinds=output_kind, int8_io=int8_io, bias_correction=bias_correction, smooth_quant=smooth_quant,
         int16_stem=int16_stem, int16_activations=int16_activations, granularity=granularity, keep=keep, budgets=budget, min_int8_share=min_int8_share, max_steps=max_steps,
-        source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
+        attribute_failures=attribution, source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
                                      str(example_inputs) if example_inputs else None, trust_model_code),
     )
     cache = _cache(no_cache)

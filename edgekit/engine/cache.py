@@ -200,6 +200,7 @@ def request_key(plan) -> dict:
         "spec": req.quant.to_json() if plan.calibrated else None,  # as asked: `auto` and the default recipe unsettled
         **req.search.to_json(), "thresholds": sorted(plan.thresholds.items()), "precision": req.precision,
         "output_kinds": sorted(req.output_kinds.items()),
+        "attribute_failures": req.attribute_failures,  # a failed verdict's note names layers or not
     }
 
 

@@ -19,7 +19,7 @@ from edgekit.calibration.data import SampleSet
 from edgekit.engine.graph import Route
 from edgekit.engine.layers import SAMPLES, float_reference, rank_layers
 from edgekit.core.search_record import StopReason
-from edgekit.engine.search import Measurement, Search
+from edgekit.engine.search import Measurement, Search, candidates
 from edgekit.engine.sizes import verify_second_size
 from edgekit.sources.loading import Source
 from edgekit.core.quant import PASSES, QuantSpec
@@ -27,7 +27,10 @@ from edgekit.core.quiet import captured
 from edgekit.converters.base import ConvertContext, Reuse
 from edgekit.core.results import ArtifactResult
 from edgekit.engine.isolation import run_isolated
-from edgekit.core.verify import Status, compare, only_near_ties
+from edgekit.core.errors import EdgekitError
+from edgekit.core.verify import HIGHER_IS_BETTER, METRICS, Status, compare, only_near_ties
+
+ATTRIBUTED = 3  # layers a failed int8 verdict names
 
 if TYPE_CHECKING:
     from edgekit.engine.plan import ConvertRequest
@@ -67,6 +70,9 @@ class TargetJob(Choosing):
             self.say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
             started = time.perf_counter()
             artifact, verdict = self._verify(target, artifact, samples, reference)
+            if verdict.status == Status.FAIL and self.req.attribute_failures and route.quantizing_step \
+                    and artifact.meta.search is None and artifact.meta.quantization.precision == "int8":
+                verdict = replace(verdict, notes=verdict.notes + (self._attributed(target, route, artifact, verdict, tmp),))
             measured = ArtifactResult.measured(target.name, artifact, verdict)
             placed = replace(measured, artifact=place(artifact, self.out_dir, self.work))
             self.say(f"{target.name}: {verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
@@ -137,24 +143,11 @@ class TargetJob(Choosing):
             artifact = first if index == 0 and first is not None else self._route(target, route, tmp / f"step{index}", spec)
             outputs, inspection = self._run(artifact, held_out)
             return Measurement(spec, artifact, compare(held_ref, outputs, {}).metrics, inspection.int8_weight_share,
-                               artifact.bytes, inspection.float_weight_bytes, time.perf_counter() - started, only_near_ties(held_ref, outputs))
+                               artifact.bytes, inspection.float_weight_bytes, time.perf_counter() - started,
+                               only_near_ties(held_ref, outputs), len(held_out))
 
         reference: list[str] = []  # the fp32 artifact the rankings compare with, converted once
-
-        def rank(m: Measurement) -> list:
-            traced = self.calib.head(min(SAMPLES, len(self.calib)))
-            say(f"ranking the layers of the model on {len(traced)} calibration samples")
-            artifact = m.artifact
-            if artifact.format != "pte" and target.backend.trace_layers is None:  # an .ort: trace its int8 .onnx
-                artifact = self.shared.quantized(route, m.spec, len(self.calib)) or artifact
-            with captured():
-                if not reference and artifact.format != "pte":
-                    made = self.shared.float_input(route)  # the very model the int8 one was made from
-                    reference.append(made.path if made is not None and made.format == artifact.format
-                                     else float_reference(self.source, artifact.format, tmp / "float", say))
-                return rank_layers(self.source, artifact.format, artifact.path, traced.inputs, calibration=self.calib,
-                                   spec=m.spec, float_path=reference[0] if reference else None, gains=True, say=say)
-
+        rank = lambda m: self._rank(target, route, m.artifact, m.spec, tmp, reference, say)  # noqa: E731
         terms = self.req.search
         say(f"searching for the fewest layers to keep back until {', '.join(b.text() for b in terms.budgets)} "
             f"on {len(held_out)} held-out samples")
@@ -164,6 +157,41 @@ class TargetJob(Choosing):
         record = replace(record, samples=len(held_out))
         say(f"search: {record.why} ({record.conversions} conversions, {record.seconds:.1f} s)")
         return best.artifact, best.spec, record
+
+    def _rank(self, target, route: Route, artifact: ModelArtifact, spec: QuantSpec, tmp: Path, reference: list,
+              say) -> list:
+        """The layers of the int8 `artifact` ranked (edgekit.engine.layers) on the first calibration samples against
+        the float model it was made from (kept in `reference` for the next ranking)."""
+        traced = self.calib.head(min(SAMPLES, len(self.calib)))
+        say(f"ranking the layers of the model on {len(traced)} calibration samples")
+        if artifact.format != "pte" and target.backend.trace_layers is None:  # an .ort: trace its int8 .onnx
+            artifact = self.shared.quantized(route, spec, len(self.calib)) or artifact
+        with captured():
+            if not reference and artifact.format != "pte":
+                made = self.shared.float_input(route)  # the very model the int8 one was made from
+                reference.append(made.path if made is not None and made.format == artifact.format
+                                 else float_reference(self.source, artifact.format, tmp / "float", say))
+            return rank_layers(self.source, artifact.format, artifact.path, traced.inputs, calibration=self.calib,
+                               spec=spec, float_path=reference[0] if reference else None, gains=True, say=say)
+
+    def _attributed(self, target, route: Route, artifact: ModelArtifact, verdict, tmp: Path) -> str:
+        """A failed int8 verdict's note: the layers whose float copy gains the outputs most (or that lose the
+        most, where the backend cannot measure the gain), and the options that keep them back."""
+        say = lambda msg: self.say(f"{target.name}: {msg}")  # noqa: E731
+        try:
+            ranked = candidates(self._rank(target, route, artifact, artifact.meta.quantization, tmp, [], say))[:ATTRIBUTED]
+        except EdgekitError as e:
+            return f"the layers could not be ranked: {e.message}"
+        if not ranked:
+            return "no layer loses signal on its own: the loss is spread through the model"
+        gains = all(d.gain_db is not None for d in ranked)
+        shown = ", ".join(f"{d.layer} ({'+' if gains else '−'}{d.gain_db if gains else d.loss_db:.1f} dB)" for d in ranked)
+        failed = [f"{k}={v:g}" for k, v in verdict.thresholds.items() if k in METRICS and any(
+            m.get(k) is not None and (m[k] < v if HIGHER_IS_BETTER[k] else m[k] > v) for m in verdict.metrics.values())]
+        budget = (f"; --budget {' --budget '.join(failed)} keeps the fewest layers back until "
+                  f"{'they hold' if len(failed) > 1 else 'it holds'}") if failed else ""
+        return (f"the layers {'whose float copy gains the outputs' if gains else 'that lose'} the most SQNR: {shown}"
+                f" (--keep {ranked[0].layer} keeps the first back{budget})")
 
     def _thresholds(self, spec: QuantSpec | None) -> dict:
         """The verdict's thresholds for an artifact made with `spec`. With int16 activations everywhere (asked

@@ -30,6 +30,7 @@ class ConvertRequest:
     source_options: SourceOptions = SourceOptions()
     calibration: CalibrationSpec | None = None
     output_kinds: dict = field(default_factory=dict)  # output name → edgekit.core.verify.KINDS key (--output-kind)
+    attribute_failures: bool = False  # a failed int8 verdict names the layers that lose the most (--attribution)
 
     def __post_init__(self):
         if not self.targets:
@@ -83,7 +84,7 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
                   int16_activations: bool = False,
                   granularity: str = "per-channel",
                   keep: Mapping | Iterable[str] = (), budgets: Mapping | Iterable[str] = (),
-                  min_int8_share: float = 0.8, max_steps: int = 8,
+                  min_int8_share: float = 0.8, max_steps: int = 8, attribute_failures: bool = False,
                   source_options: SourceOptions = SourceOptions()) -> ConvertRequest:
     """The request for these options, each as the command line spells it (`keep`, `budgets`,
     `thresholds` and `output_kinds` also as {name: value}); BadInput for any that cannot be used."""
@@ -103,4 +104,5 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
     return ConvertRequest(str(source), (targets,) if isinstance(targets, str) else tuple(targets), str(out), quant,
                           search, eval_data=str(eval_data) if eval_data else None,
                           thresholds=parse_thresholds(thresholds), source_options=source_options,
-                          calibration=calibration, output_kinds=parse_output_kinds(output_kinds))
+                          calibration=calibration, output_kinds=parse_output_kinds(output_kinds),
+                          attribute_failures=attribute_failures)

@@ -16,7 +16,8 @@ one at a time, the worst first, to the backend's fallback precisions in order (i
 them, then float): reconvert, re-measure, and keep the step only if it moves the continuous budget
 metrics (all but top-1 agreement, which moves by whole samples; the output SQNR when only top-1 is
 budgeted) and brings the model closer to its budgets, by at least MIN_GAIN of the remaining gap or
-by a large move of those metrics (see `Search._verdict`); otherwise undo it. After each kept layer
+by a large move of those metrics, which may cost one sample of top-1 agreement (see `Search._verdict`);
+otherwise undo it. After each kept layer
 the model is ranked again: what a layer loses depends on what reaches it. The search stops when
 every budget holds, when the step limit is reached (a step that changed nothing, a layer already at
 that precision, does not count), when no ranked layer is left, or before any
@@ -57,6 +58,13 @@ SQNR_DB_PER_WIDTH = 5.0
 DISCRETE = ("top1_agreement",)  # moves by whole samples
 
 
+def candidates(ranked: list) -> list:
+    """The ranked layers (edgekit.core.drift.LayerDrift) worth keeping back, in order: not the model's inputs,
+    gaining at least MIN_GAIN_DB kept float where that was measured, else losing at least MIN_LOSS_DB."""
+    return [d for d in ranked if not d.layer.startswith("input ")
+            and (d.gain_db >= MIN_GAIN_DB if d.gain_db is not None else d.loss_db >= MIN_LOSS_DB)]
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One conversion, measured: the artifact, its output metrics on the search samples, its inspection."""
@@ -69,6 +77,7 @@ class Measurement:
     float_weight_bytes: int
     seconds: float
     near_ties: bool = False  # every sample whose top-1 class disagrees is a near-tie in the source model
+    samples: int = 0  # how many samples were measured (0: not known)
 
 
 @dataclass
@@ -111,16 +120,26 @@ class Search:
         continuous metrics (top-1 agreement on a few dozen samples moves by one flipped sample, which
         a step can win while the model got no better), must not widen the gap to the budgets, and
         must close it by MIN_GAIN of what is left unless it moves the continuous metrics a lot
-        (STRONG_PROGRESS: progress on a met cosine budget is progress toward top-1 agreement)."""
+        (STRONG_PROGRESS: progress on a met cosine budget is progress toward top-1 agreement). A step that
+        moves them a lot may lose one sample on top-1 agreement: a flip either way is chance there."""
         progress, shown = self._progress(best, trial)
         if progress < MIN_PROGRESS:
             return f"no progress on {shown}"
         before, after = self.gap(best), self.gap(trial)
-        if after > before:
+        if after > before and not (progress >= STRONG_PROGRESS and self._one_sample_lost(best, trial)):
             return "worse than without it"
         if before - after <= MIN_GAIN * before and progress < STRONG_PROGRESS:
             return "no better than without it"
         return None
+
+    def _one_sample_lost(self, best: Measurement, trial: Measurement) -> bool:
+        """Whether `trial` is further from the budgets than `best` only by one sample on the discrete metrics."""
+        one = 1 / trial.samples + 1e-9 if trial.samples else 0.0
+        for b in self.budgets:
+            was, now = b.value(best.metrics), b.value(trial.metrics)
+            if b.gap(now) > b.gap(was) and (b.metric not in DISCRETE or was - now > one):
+                return False
+        return True
 
     def run(self, spec: QuantSpec, convert_and_measure: Callable[[QuantSpec, int], Measurement],
             rank: Callable[[Measurement], list]) -> tuple[Measurement, SearchRecord]:
@@ -178,12 +197,10 @@ class Search:
         self.rankings += 1
         seen = {o.layer for o in m.spec.overrides} | tried
         out = []
-        for d in ranked:
-            small = d.gain_db < MIN_GAIN_DB if d.gain_db is not None else d.loss_db < MIN_LOSS_DB
-            if small or d.layer.startswith("input ") or d.layer in seen:
-                continue
-            seen.add(d.layer)
-            out.append(d.layer)
+        for d in candidates(ranked):
+            if d.layer not in seen:
+                seen.add(d.layer)
+                out.append(d.layer)
         measured = any(d.gain_db is not None for d in ranked)
         what = f"gaining ≥ {MIN_GAIN_DB} dB kept float" if measured else f"losing ≥ {MIN_LOSS_DB} dB"
         self.say(f"ranked {len(out)} layers {what} ({time.perf_counter() - started:.1f} s)")
@@ -199,6 +216,8 @@ class Search:
             layer = candidates.pop(0)
             tried.add(layer)
             for precision in self.fallbacks:
+                if precision == "int16" and self._best.spec.int16_activations:
+                    continue  # every layer has int16 activations already: the conversion would change nothing
                 if self._steps() > self.max_steps:
                     return StopReason.STEPS
                 trial_spec = self._best.spec.with_override(layer, precision)
