@@ -304,6 +304,13 @@ def test_int16_activations_everywhere_on_request(converted_digits, tmp_path):
                     "--eval", DIGITS_EVAL, "--threshold", "int8_heavy_op_share=0.5", "-o", tmp_path / "asked",
                     "--no-cache")
     assert asked.returncode == 1 and "did not really quantize" in asked.stdout + asked.stderr, asked.stderr[-2000:]
+    # given to `check` as built elsewhere, the a16w8 file is read as such from its ops: it passes there too
+    config = tmp_path / "edgekit.toml"
+    config.write_text(f'[[models]]\nname = "digits"\npath = "{plain}"\neval = "{DIGITS_EVAL}"\n'
+                      f'artifacts = ["{wide["path"]}"]\n')
+    given = run_cli("check", config, "--json", "-o", tmp_path / "check", "--attribution", "none")
+    assert given.returncode == 0, given.stdout[-2000:] + given.stderr[-2000:]
+    assert json.loads(given.stdout)["cases"][0]["precision"] == "int8"
 
 
 def test_an_onnx_source_with_free_dimensions_is_written_with_the_shapes_given(converted_digits, tmp_path):

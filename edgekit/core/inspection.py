@@ -89,6 +89,12 @@ class Inspection:
         return sum(d["bytes"] * (len(d["tensors"]) - 1) for d in self.duplicates)
 
     @property
+    def a16w8(self) -> bool:
+        """Whether no compute op asks for int8 kernels and some ask for int16 activations: int16 activations
+        everywhere by design (`--int16-activations`), held to its int8 weights, not to int8 compute."""
+        return self.ops_by_mode.get("int16", 0) > 0 and not self.ops_by_mode.get("int8", 0)
+
+    @property
     def precision(self) -> str:
         """The precision the weights show: int8, fp16 or fp32 (int8-dynamic looks int8)."""
         if self.int8_weight_share >= 0.5:
