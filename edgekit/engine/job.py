@@ -19,7 +19,7 @@ from edgekit.calibration.data import SampleSet
 from edgekit.engine.graph import Route
 from edgekit.engine.layers import SAMPLES, float_reference, rank_layers
 from edgekit.core.search_record import StopReason
-from edgekit.engine.search import Measurement, Search, candidates
+from edgekit.engine.search import Measurement, Search, worth_keeping
 from edgekit.engine.sizes import verify_second_size
 from edgekit.sources.loading import Source
 from edgekit.core.quant import PASSES, QuantSpec
@@ -179,9 +179,11 @@ class TargetJob(Choosing):
         most, where the backend cannot measure the gain), and the options that keep them back."""
         say = lambda msg: self.say(f"{target.name}: {msg}")  # noqa: E731
         try:
-            ranked = candidates(self._rank(target, route, artifact, artifact.meta.quantization, tmp, [], say))[:ATTRIBUTED]
+            ranked = worth_keeping(self._rank(target, route, artifact, artifact.meta.quantization, tmp, [], say))[:ATTRIBUTED]
         except EdgekitError as e:
             return f"the layers could not be ranked: {e.message}"
+        except Exception as e:  # noqa: BLE001 - the verdict stands; only its explanation is missing
+            return f"the layers could not be ranked: {type(e).__name__}: {e}"
         if not ranked:
             return "no layer loses signal on its own: the loss is spread through the model"
         gains = all(d.gain_db is not None for d in ranked)

@@ -17,8 +17,8 @@ them, then float): reconvert, re-measure, and keep the step only if it moves the
 metrics (all but top-1 agreement, which moves by whole samples; the output SQNR when only top-1 is
 budgeted) and brings the model closer to its budgets, by at least MIN_GAIN of the remaining gap or
 by a large move of those metrics, which may cost one sample of top-1 agreement (see `Search._verdict`);
-otherwise undo it. After each kept layer
-the model is ranked again: what a layer loses depends on what reaches it. The search stops when
+otherwise undo it. After each kept layer the model is ranked again: what a layer loses depends on what
+reaches it. The search stops when
 every budget holds, when the step limit is reached (a step that changed nothing, a layer already at
 that precision, does not count), when no ranked layer is left, or before any
 layer step when only top-1 agreement is missed and every disagreeing sample is a near-tie in the
@@ -58,7 +58,7 @@ SQNR_DB_PER_WIDTH = 5.0
 DISCRETE = ("top1_agreement",)  # moves by whole samples
 
 
-def candidates(ranked: list) -> list:
+def worth_keeping(ranked: list) -> list:
     """The ranked layers (edgekit.core.drift.LayerDrift) worth keeping back, in order: not the model's inputs,
     gaining at least MIN_GAIN_DB kept float where that was measured, else losing at least MIN_LOSS_DB."""
     return [d for d in ranked if not d.layer.startswith("input ")
@@ -197,7 +197,7 @@ class Search:
         self.rankings += 1
         seen = {o.layer for o in m.spec.overrides} | tried
         out = []
-        for d in candidates(ranked):
+        for d in worth_keeping(ranked):
             if d.layer not in seen:
                 seen.add(d.layer)
                 out.append(d.layer)
