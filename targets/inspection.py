@@ -65,7 +65,8 @@ def runtime_needs(fmt: str, op_counts: dict[str, int]) -> tuple[RuntimeNeed, ...
 
 def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: dict[str, int],
           tensors: Iterable[dict], io_dtypes: dict, delegated: dict | None = None,
-          notes: Iterable[str] = (), io_shapes: dict | None = None, duplicates: Iterable[dict] = ()) -> Inspection:
+          notes: Iterable[str] = (), io_shapes: dict | None = None, duplicates: Iterable[dict] = (),
+          executed: dict | None = None) -> Inspection:
     """The shared tail of every reader: shares, float-op summary and the largest tensors."""
     total = sum(weights.values())
     low = sum(n for dt, n in weights.items() if dt in INT8_FAMILY)
@@ -91,6 +92,7 @@ def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: di
         io_shapes={k: list((io_shapes or {}).get(k, [])) for k in ("inputs", "outputs")},
         needs=runtime_needs(fmt, op_counts),
         duplicates=tuple(sorted(duplicates, key=lambda d: -d["bytes"])),
+        executed=executed,
     )
 
 

@@ -240,6 +240,24 @@ def rare_highlights() -> nn.Module:
     return RareHighlights().eval()
 
 
+class ConvSiluConv(nn.Module):
+    """conv → SiLU → conv → ReLU on photo crops: ONNX Runtime fuses a QDQ conv into its int8 kernel only
+    where a QuantizeLinear follows it directly, and a SiLU (Sigmoid and Mul) after the first leaves it float."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv2(nn.functional.silu(self.conv1(x))))
+
+
+def conv_silu_conv() -> nn.Module:
+    return ConvSiluConv().eval()
+
+
 def photo_crops(n: int, seed: int, size: int = 64) -> np.ndarray:
     """n×3×size×size crops of the photos scikit-image ships, scaled to 0..1."""
     from skimage import data

@@ -173,6 +173,33 @@ def test_int8_onnx_qdq(onnx_int8):
     # int32 biases come through DequantizeLinear too: they must not make Conv/Gemm look weight-only
     assert "int32" in r.weight_bytes_by_dtype
     assert {o.mode for o in r.ops if o.type in ("Conv", "Gemm")} == {"int8"}
+    assert r.executed["int8_heavy_op_share"] == 1.0  # ONNX Runtime fuses every one into its int8 kernels
+
+
+def test_what_onnx_runtime_runs_is_read_from_the_graph_it_makes(tmp_path):
+    """The file asks for int8 in both convs of conv → SiLU → conv → ReLU; ONNX Runtime fuses the second into its
+    int8 kernel and runs the first, which feeds the SiLU, in float between dequantize and quantize. The file's
+    reading says the first, what the runtime runs (`executed`) the second, in the JSON, `inspect` and the bench."""
+    from edgekit.features.bench import slow_int8_reasons
+    from tests.conftest import run_cli
+    from tests.models import photo_crops
+
+    np.savez(tmp_path / "calib.npz", x=photo_crops(16, 0, 32))
+    np.savez(tmp_path / "eval.npz", x=photo_crops(8, 1, 32))
+    p = run_cli("convert", "tests.models:conv_silu_conv", "--input-shape", "x=1,3,32,32", "-t", "onnx", "--int8",
+                "--calib", tmp_path / "calib.npz", "--eval", tmp_path / "eval.npz", "-o", tmp_path / "out", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    [artifact] = json.loads(p.stdout)["artifacts"]
+    read = artifact["verification"]["inspection"]
+    assert read["int8_heavy_op_share"] == 1.0 and read["float_ops"] == []
+    ran = read["executed"]
+    assert ran["runtime"].startswith("onnxruntime ") and ran["compute_ops"] == 4
+    assert ran["float_ops"][0] == "Conv ×1 (qdq_float)" and ran["int8_heavy_op_share"] == 0.5
+    assert ran["ops_by_mode"] == {"qdq_float": 3, "int8": 1}  # the conv, the Sigmoid and the Mul; the fused conv
+    shown = run_cli("inspect", artifact["path"])
+    assert shown.returncode == 0 and "as it runs" in shown.stdout and "25.0% int8 of 4 compute ops" in shown.stdout
+    reasons = slow_int8_reasons(inspect_artifact("onnx", artifact["path"]))
+    assert "50% of the conv/matmul ops are float kernels: Conv ×1 (qdq_float)" in reasons[0]
 
 
 def test_int8_onnx_dynamic(onnx_int8):
@@ -202,8 +229,9 @@ def test_undelegated_int8_pte_is_caught(pte_int8):
     assert any("XnnpackPartitioner" in n for n in r.notes)
 
 
-def test_to_json_is_plain_json_and_reads_back(pte_int8, fp32):
-    for fmt, path in (("pte", pte_int8["portable"]), ("onnx", fp32["onnx"]), ("tflite", fp32["tflite"])):
+def test_to_json_is_plain_json_and_reads_back(pte_int8, fp32, onnx_int8):
+    for fmt, path in (("pte", pte_int8["portable"]), ("onnx", fp32["onnx"]), ("tflite", fp32["tflite"]),
+                      ("onnx", onnx_int8["qdq"])):
         made = inspect_artifact(fmt, path)
         d = json.loads(json.dumps(made.to_json()))
         assert d["format"] == fmt and d["compute_ops"] == len(d["ops"]) and isinstance(d["float_ops"], list)

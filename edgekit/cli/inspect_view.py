@@ -54,6 +54,11 @@ def _table(item) -> Table:
         ("weights by dtype", ", ".join(f"{d} {size_text(n)}" for d, n in ins.weight_bytes_by_dtype.items()) or "—"),
         ("float ops", ", ".join(ins.float_ops) or "none"),
     ]
+    ran = ins.executed
+    if ran:
+        rows.append(("as it runs", f"{_share(ran['int8_compute_share'])} int8 of {ran['compute_ops']} compute ops; "
+                                   f"{_share(ran['int8_heavy_op_share'])} of conv/matmul ops; float: "
+                                   f"{', '.join(ran['float_ops']) or 'none'} ({ran['runtime']})"))
     if ins.delegated:
         rows.append(("delegated", ", ".join(
             f"{d}: {v['calls']} call{'s' if v['calls'] != 1 else ''}, " + (f"{v['ops']} ops" if v["ops"] is not None

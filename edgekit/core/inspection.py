@@ -82,6 +82,9 @@ class Inspection:
     needs: tuple[RuntimeNeed, ...] = ()  # what the artifact needs beyond the runtime a default app has
     # the same constant bytes stored more than once: [{"bytes": size of one copy, "tensors": [names]}]
     duplicates: tuple[dict, ...] = ()
+    # what the runtime runs after its own graph optimizations, where the reader can ask it (onnx): runtime,
+    # compute_ops, ops_by_mode, int8_compute_share, int8_heavy_op_share, float_ops
+    executed: dict | None = None
 
     @property
     def duplicated_bytes(self) -> int:
@@ -131,6 +134,8 @@ class Inspection:
             "duplicated_constants": [{"bytes": d["bytes"], "tensors": list(d["tensors"])} for d in self.duplicates],
             "duplicated_bytes": self.duplicated_bytes,
         }
+        if self.executed is not None:
+            out["executed"] = dict(self.executed)
         if everything or self.compute_ops <= JSON_OPS_LIMIT:
             out["ops"] = [asdict(o) for o in self.ops]
         return out
@@ -151,6 +156,7 @@ class Inspection:
             needs=tuple(RuntimeNeed(n["id"], n["what"], tuple(n["modules"]), tuple(n["ops"]))
                         for n in d["runtime_needs"]),
             duplicates=tuple({"bytes": x["bytes"], "tensors": list(x["tensors"])} for x in d["duplicated_constants"]),
+            executed=d.get("executed"),
         )
 
 

@@ -32,7 +32,7 @@ from edgekit.features.report import build_report
 from edgekit.features.report.build import ARTIFACT_FORMATS
 from edgekit.targets import by_format
 from edgekit.core.inspection import Inspection
-from edgekit.targets.inspection import inspect_artifact
+from edgekit.targets.inspection import HEAVY_OPS, inspect_artifact
 
 SCHEMA = "edgekit.bench/1"
 LABEL = "host CPU latency"
@@ -220,8 +220,14 @@ def _with_ratio(a: ArtifactLatency, ref: ArtifactLatency) -> ArtifactLatency:
 
 
 def slow_int8_reasons(ins: Inspection) -> list[str]:
-    """Why an int8 artifact may run slower than its fp32 one, read from the file."""
+    """Why an int8 artifact may run slower than its fp32 one, read from the file (and from the graph its runtime
+    makes of it, where the reader asks the runtime: `Inspection.executed`)."""
     reasons = []
+    ran = ins.executed
+    if ran and ran["int8_heavy_op_share"] < 1:
+        heavy = [f for f in ran["float_ops"] if HEAVY_OPS.search(f.split(" ×")[0])]
+        reasons.append(f"as {ran['runtime'].split(',')[0]} runs it, {1 - ran['int8_heavy_op_share']:.0%} of the "
+                       f"conv/matmul ops are float kernels: {', '.join(heavy[:SHOWN])}")
     if ins.format == "tflite":
         switches = {op: n for op, n in ins.op_counts.items() if QDQ_OPS.match(op)}
         if switches:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import os
+import tempfile
 
 import numpy as np
 
@@ -42,14 +44,38 @@ def inspect(path: str) -> Inspection:
     external = sorted({e.value for t in g.initializer for e in t.external_data if e.key == "location"})
     if external:
         notes.append(f"weights stored in external data: {', '.join(external)}")
+    consts, elem, qparams = _tables(model, notes)
+    weights, tensors = collections.Counter(), []
+    for name, t in consts.items():
+        if name not in qparams:
+            weights[_dtype(t.data_type)] += _nbytes(t)
+            tensors.append({"name": name, "dtype": _dtype(t.data_type), "shape": list(t.dims), "bytes": _nbytes(t)})
 
+    ops, op_counts, rule_notes = op_modes(g.node, consts, elem, qparams)
+    notes += rule_notes
+    ran = None
+    if any(o.mode in ("int8", "int16", "dynamic") for o in ops):  # a float model runs float
+        ran = executed(path, notes)
+    io = {"inputs": [_dtype(i.type.tensor_type.elem_type) for i in g.input if i.name not in consts],
+          "outputs": [_dtype(o.type.tensor_type.elem_type) for o in g.output]}
+    shapes = {"inputs": [_io_shape(i) for i in g.input if i.name not in consts], "outputs": [_io_shape(o) for o in g.output]}
+    if any(e["shape"] is None for side in shapes.values() for e in side):
+        notes.append("some inputs or outputs have no shape in the file")
+    return build("onnx", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes,
+                 io_shapes=shapes, executed=ran)
+
+
+def _tables(model, notes: list) -> tuple[dict, dict, set]:
+    """(constant tensors by name, every tensor's TensorProto element type by name, the quantization parameters)."""
+    import onnx
+
+    g = model.graph
     consts = {t.name: t for t in g.initializer}
     for n in g.node:  # Constant nodes carry weights too (torch exporters emit them)
         if n.op_type == "Constant":
             for a in n.attribute:
                 if a.name == "value":
                     consts[n.output[0]] = a.t
-
     elem = {}  # tensor name -> TensorProto element type
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
@@ -61,22 +87,64 @@ def inspect(path: str) -> Inspection:
             elem[vi.name] = vi.type.tensor_type.elem_type
     elem.update({k: t.data_type for k, t in consts.items()})
     type_quantize_outputs(g.node, elem)
-    qparams = quantization_params(g.node, consts)
-    weights, tensors = collections.Counter(), []
-    for name, t in consts.items():
-        if name not in qparams:
-            weights[_dtype(t.data_type)] += _nbytes(t)
-            tensors.append({"name": name, "dtype": _dtype(t.data_type), "shape": list(t.dims), "bytes": _nbytes(t)})
+    return consts, elem, quantization_params(g.node, consts)
 
-    ops, op_counts, rule_notes = op_modes(g.node, consts, elem, qparams)
-    notes += rule_notes
-    io = {"inputs": [_dtype(i.type.tensor_type.elem_type) for i in g.input if i.name not in consts],
-          "outputs": [_dtype(o.type.tensor_type.elem_type) for o in g.output]}
-    shapes = {"inputs": [_io_shape(i) for i in g.input if i.name not in consts], "outputs": [_io_shape(o) for o in g.output]}
-    if any(e["shape"] is None for side in shapes.values() for e in side):
-        notes.append("some inputs or outputs have no shape in the file")
-    return build("onnx", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes,
-                 io_shapes=shapes)
+
+# What ONNX Runtime adds to a graph to run it that moves data only (its NCHWc layout for float convolutions).
+RUNTIME_DATA_OPS = frozenset({"ReorderInput", "ReorderOutput"})
+# Ops whose output has their first input's element type.
+KEEPS_TYPE = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice",
+                        "Split", "Gather", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth"}) | RUNTIME_DATA_OPS
+
+
+def _type_runtime_outputs(nodes, elem: dict) -> None:
+    """Type what shape inference cannot in a runtime's graph: an integer kernel's output has its output
+    zero point's type, and data movement keeps its input's, in graph (topological) order."""
+    for n in nodes:
+        if n.op_type in QUANT_OPS and n.op_type not in DYNAMIC_OPS:
+            zp = [x for x, role in zip(n.input, _input_names(n.op_type, n.domain)) if role.lower() == "y_zero_point" and x]
+            if zp and zp[0] in elem:
+                elem.setdefault(n.output[0], elem[zp[0]])
+        elif n.op_type in KEEPS_TYPE and n.input and n.input[0] in elem:
+            for out in n.output:
+                elem.setdefault(out, elem[n.input[0]])
+
+
+def executed(path: str, notes: list) -> dict | None:
+    """What ONNX Runtime's CPU provider runs: the graph a default session makes of the file after its own
+    optimizations (fusing DequantizeLinear → op → QuantizeLinear into an integer kernel where it has one),
+    read by the same rules. There an op that reads an activation through DequantizeLinear and is not one of
+    the runtime's integer kernels (QUANT_OPS) runs float on dequantized values (`qdq_float`), as a conv
+    feeding a SiLU does; an op reading int8 tensors directly (an NHWC max pool after an int8 conv) is int8. None, with a note, when the runtime cannot make the session."""
+    import onnx
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="edgekit-ort-") as folder:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 3  # not the warning that the saved graph fits this host only: it is read here
+        options.optimized_model_filepath = os.path.join(folder, "optimized.onnx")
+        try:
+            ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+            model = onnx.load(options.optimized_model_filepath, load_external_data=False)
+        except Exception as e:  # noqa: BLE001 - the file's own reading stands; say why this part is missing
+            notes.append(f"what ONNX Runtime runs could not be read: {type(e).__name__}: {str(e)[:200]}")
+            return None
+    consts, elem, qparams = _tables(model, [])
+    _type_runtime_outputs(model.graph.node, elem)
+    nodes = [n for n in model.graph.node if n.op_type not in RUNTIME_DATA_OPS]
+    ops, _, _ = op_modes(nodes, consts, elem, qparams)
+    producer = {o: n for n in nodes for o in n.output}
+    dequantized = {n.name or f"node{i}" for i, n in enumerate(nodes)  # reads an activation through DequantizeLinear
+                   if any(x in producer and producer[x].op_type == "DequantizeLinear" and producer[x].input[0] not in consts
+                          for x in n.input)}
+    ops = [OpInfo(o.type, "qdq_float", o.where)
+           if o.mode in ("int8", "int16") and o.type not in QUANT_OPS and o.where in dequantized else o for o in ops]
+    ran = build("onnx", weights={}, ops=ops, op_counts={}, tensors=(), io_dtypes={})
+    return {"runtime": "onnxruntime CPUExecutionProvider, default graph optimizations",  # its version: tool_versions
+            "compute_ops": ran.compute_ops, "ops_by_mode": dict(ran.ops_by_mode),
+            "int8_compute_share": ran.int8_compute_share, "int8_heavy_op_share": ran.int8_heavy_op_share,
+            "float_ops": list(ran.float_ops)}
 
 
 def _io_shape(value) -> dict:
