@@ -113,3 +113,19 @@ def test_smooth_quant_applies_to_models_with_linears_reading_a_normalization(tmp
 
     assert smooth_quant.applies(open_source("tests.models:normalized_block", SourceOptions(input_shapes=("x=1,4,16",))))
     assert not smooth_quant.applies(open_source("tests.models:one_bad_layer", SourceOptions(input_shapes=("x=1,1,8,8",))))
+
+
+def test_the_command_line_smooths_by_default_and_not_with_no_smooth_quant(tmp_path):
+    import json
+
+    from tests.conftest import run_cli
+
+    args = ("convert", "tests.models:normalized_block", "--input-shape", "x=1,4,16", "-t", "onnx", "--int8",
+            "--calib", "random", "--calib-method", "minmax", "--json", "--no-cache", "--no-attribution")
+    made = {}
+    for name, extra in (("default", ()), ("off", ("--no-smooth-quant",))):
+        p = run_cli(*args, *extra, "-o", tmp_path / name)
+        assert p.returncode in (0, 1), p.stderr[-2000:]  # converted and verified, whatever the verdict
+        [made[name]] = json.loads(p.stdout)["artifacts"]
+    assert made["default"]["quantization"]["smooth_quant"] is True
+    assert made["off"]["quantization"]["smooth_quant"] is False
