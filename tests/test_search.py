@@ -284,11 +284,15 @@ def test_the_search_keeps_exactly_the_damaged_layer_back(tmp_path, target):
 
 
 def test_a_failed_int8_verdict_names_the_layer_and_the_options_that_keep_it_back(tmp_path):
-    p, artifact = _convert(tmp_path, target="onnx")
-    assert p.returncode == 1 and artifact["verification"]["status"] == "fail"
-    note = next(n for n in artifact["verification"]["notes"] if n.startswith("the layers whose float copy gains"))
-    assert note.split(": ", 1)[1].startswith("conv2 (+")  # the damaged layer first, by its measured gain
-    assert "--keep conv2 keeps the first back; --budget cosine=0.99" in note and "--budget cosine=0.99" in p.stderr
+    p = run_cli("convert", BAD, "--input-shape", BAD_SHAPE, "-t", "onnx", "-t", "ort", "--int8", "--calib", DIGITS_CALIB,
+                "--eval", DIGITS_EVAL, "--out", tmp_path / "out", "--json")
+    assert p.returncode == 1
+    for artifact in json.loads(p.stdout)["artifacts"]:  # the .ort's layers are its int8 .onnx's
+        assert artifact["verification"]["status"] == "fail"
+        note = next(n for n in artifact["verification"]["notes"] if n.startswith("the layers whose float copy gains"))
+        assert note.split(": ", 1)[1].startswith("conv2 (+")  # the damaged layer first, by its measured gain
+        assert "--keep conv2 keeps the first back; --budget cosine=0.99" in note and "--budget cosine=0.99" in p.stderr
+    assert p.stderr.count("ranking the layers") == 1  # that .onnx is ranked once, for both targets
     p, artifact = _convert(tmp_path / "quiet", "--no-attribution", target="onnx")
     assert p.returncode == 1 and not any(n.startswith("the layers") for n in artifact["verification"].get("notes", []))
 

@@ -254,6 +254,16 @@ THRESHOLDS: dict[str, dict[str, float]] = {
 }
 
 
+def applicable_thresholds(thresholds: dict, asked: dict, inspection) -> dict:
+    """`thresholds` as they apply to the artifact `inspection` read. One with int16 activations everywhere (a16w8:
+    asked for, kept by a search, or built elsewhere; `Inspection.a16w8`) runs no int8 conv or matmul kernel by
+    design: it is held to its int8 weights (int8_weight_share), not to int8 compute, unless the user's
+    thresholds (`asked`) set int8_heavy_op_share."""
+    if inspection is not None and inspection.a16w8 and "int8_heavy_op_share" not in asked:
+        return {k: v for k, v in thresholds.items() if k != "int8_heavy_op_share"}
+    return thresholds
+
+
 class Status(StrEnum):
     """What a verification concluded. A str, so the JSON, the tables and comparisons with "pass" keep
     the plain words; code names the members."""

@@ -27,8 +27,9 @@ from edgekit.core.quiet import captured
 from edgekit.converters.base import ConvertContext, Reuse
 from edgekit.core.results import ArtifactResult
 from edgekit.engine.isolation import run_isolated
+from edgekit.core.budgets import Budget
 from edgekit.core.errors import EdgekitError
-from edgekit.core.verify import HIGHER_IS_BETTER, METRICS, Status, compare, only_near_ties
+from edgekit.core.verify import METRICS, Status, applicable_thresholds, compare, only_near_ties
 
 ATTRIBUTED = 3  # layers a failed int8 verdict names
 
@@ -53,6 +54,7 @@ class TargetJob(Choosing):
     say: Progress
     shared: Intermediates  # the run's built steps, reused across targets and candidates
     ran: dict = field(default_factory=dict)  # (artifact path, samples) → (outputs, inspection), each run once
+    ranked: dict = field(default_factory=dict)  # traced artifact path → its layers ranked, each ranked once
 
     def _run(self, artifact: ModelArtifact, samples: SampleSet) -> tuple[list, dict]:
         """The artifact's outputs on `samples` and its inspection, from its runtime's worker; an artifact
@@ -106,7 +108,7 @@ class TargetJob(Choosing):
     def _verify(self, target, artifact: ModelArtifact, samples: SampleSet, reference: list):
         """(the artifact, noting where a search's choice did not hold on the verification samples, its verdict)."""
         outputs, inspection = self._run(artifact, samples)
-        thresholds = self._thresholds(artifact.meta.quantization)
+        thresholds = applicable_thresholds(self.thresholds, self.req.thresholds, inspection)
         verdict = compare(reference, outputs, thresholds, samples.labels, inspection, self.req.output_kinds)
         verdict = verify_second_size(self.source, artifact, verdict, samples, reference, thresholds,
                                      lambda msg: self.say(f"{target.name}: {msg}"))
@@ -161,11 +163,18 @@ class TargetJob(Choosing):
     def _rank(self, target, route: Route, artifact: ModelArtifact, spec: QuantSpec, tmp: Path, reference: list,
               say) -> list:
         """The layers of the int8 `artifact` ranked (edgekit.engine.layers) on the first calibration samples against
-        the float model it was made from (kept in `reference` for the next ranking)."""
-        traced = self.calib.head(min(SAMPLES, len(self.calib)))
-        say(f"ranking the layers of the model on {len(traced)} calibration samples")
+        the float model it was made from (kept in `reference` for the next ranking). A model already ranked in
+        this run (an .ort's int8 .onnx that the onnx target ranked) is not ranked again."""
         if artifact.format != "pte" and target.backend.trace_layers is None:  # an .ort: trace its int8 .onnx
             artifact = self.shared.quantized(route, spec, len(self.calib)) or artifact
+        if artifact.path not in self.ranked:
+            self.ranked[artifact.path] = self._ranking(route, artifact, spec, tmp, reference, say)
+        return self.ranked[artifact.path]
+
+    def _ranking(self, route: Route, artifact: ModelArtifact, spec: QuantSpec, tmp: Path, reference: list,
+                 say) -> list:
+        traced = self.calib.head(min(SAMPLES, len(self.calib)))
+        say(f"ranking the layers of the model on {len(traced)} calibration samples")
         with captured():
             if not reference and artifact.format != "pte":
                 made = self.shared.float_input(route)  # the very model the int8 one was made from
@@ -188,20 +197,12 @@ class TargetJob(Choosing):
             return "no layer loses signal on its own: the loss is spread through the model"
         gains = all(d.gain_db is not None for d in ranked)
         shown = ", ".join(f"{d.layer} ({'+' if gains else '−'}{d.gain_db if gains else d.loss_db:.1f} dB)" for d in ranked)
-        failed = [f"{k}={v:g}" for k, v in verdict.thresholds.items() if k in METRICS and any(
-            m.get(k) is not None and (m[k] < v if HIGHER_IS_BETTER[k] else m[k] > v) for m in verdict.metrics.values())]
+        failed = [f"{b.metric}={b.limit:g}" for b in (Budget(k, v) for k, v in verdict.thresholds.items() if k in METRICS)
+                  if b.gap(b.value(verdict.metrics))]  # the thresholds missed, as budgets
         budget = (f"; --budget {' --budget '.join(failed)} keeps the fewest layers back until "
                   f"{'they hold' if len(failed) > 1 else 'it holds'}") if failed else ""
         return (f"the layers {'whose float copy gains the outputs' if gains else 'that lose'} the most SQNR: {shown}"
                 f" (--keep {ranked[0].layer} keeps the first back{budget})")
-
-    def _thresholds(self, spec: QuantSpec | None) -> dict:
-        """The verdict's thresholds for an artifact made with `spec`. With int16 activations everywhere (asked
-        for, or kept by a search) no conv or matmul runs an int8 kernel by design: the artifact is held to its
-        int8 weights (int8_weight_share), not to int8 compute, unless the user set that threshold."""
-        if spec is not None and spec.int16_activations and "int8_heavy_op_share" not in self.req.thresholds:
-            return {k: v for k, v in self.thresholds.items() if k != "int8_heavy_op_share"}
-        return self.thresholds
 
     def _passes(self, converter) -> tuple[str, ...]:
         """The whole-model passes (edgekit.core.quant.PASSES) worth trying for this model on this backend:

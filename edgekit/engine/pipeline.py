@@ -29,7 +29,7 @@ from edgekit.core.formats import artifact_files, detect, split_name
 from edgekit.core.inspection import Inspection
 from edgekit.core.quiet import captured
 from edgekit.core.results import ArtifactResult, ConvertResult
-from edgekit.core.verify import THRESHOLDS, compare
+from edgekit.core.verify import THRESHOLDS, applicable_thresholds, compare
 from edgekit.engine.build import Intermediates, Progress, run_folder, stem_of
 from edgekit.engine.job import TargetJob
 from edgekit.engine.choice import DEFAULT_CHOICE_SAMPLES
@@ -224,8 +224,7 @@ def _verify_given(p, fmt: str, files, inspection: Inspection, source: Source, sa
                                                "give the file as the converter wrote it") from None
     precision = split_name(Path(p))[1] or inspection.precision
     asked = thresholds_for(precision) if thresholds_for else {}
-    thresholds = {k: v for k, v in THRESHOLDS.get(precision, {}).items()
-                  if not (inspection.a16w8 and k == "int8_heavy_op_share")} | asked  # as TargetJob._thresholds
+    thresholds = applicable_thresholds({**THRESHOLDS.get(precision, {}), **asked}, asked, inspection)
     verdict = compare(reference, outputs, thresholds, samples.labels, inspection, kinds)
     verdict = verify_second_size(source, artifact, verdict, samples, reference, thresholds,
                                  lambda msg: say(f"{target.name}: {msg}"))
