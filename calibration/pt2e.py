@@ -112,8 +112,9 @@ def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic
 
 
 # What each backend's kernels take: TFLite runs BATCH_MATMUL in int8 and FULLY_CONNECTED on any
-# rank; XNNPACK's bmm is float only and its static int8 linear needs a 2-D input.
-BACKENDS = {"tflite": dict(matmul_int8=True, linears_2d=False),
+# rank, and a SiLU in int8 only as LOGISTIC and MUL; XNNPACK's bmm is float only and its static int8
+# linear needs a 2-D input.
+BACKENDS = {"tflite": dict(matmul_int8=True, linears_2d=False, gates_int8=True),
             "xnnpack": dict(matmul_int8=False, linears_2d=True)}
 
 

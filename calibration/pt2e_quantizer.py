@@ -31,6 +31,14 @@ quantize something that must stay exact. What it adds, and why:
   variance): they span the square of the signal's dynamic range.
 - **A cat of very different ranges stays float** (a detector's pixel boxes beside its class
   scores), where the backends would give all its inputs one scale.
+- **Gates in ops LiteRT runs int8 in XNNPACK** (`gates_int8=True`). Its converter lowers SiLU to LOGISTIC
+  and MUL, and hardsigmoid (a squeeze-and-excite gate) to ADD and MUL, in float between a DEQUANTIZE and a
+  QUANTIZE: nothing observes the value between the two. Hardswish becomes an int8 HARD_SWISH, which
+  LiteRT's XNNPACK delegate does not take: each one splits the delegated graph and runs in the
+  interpreter's own kernel. SiLU is written x · sigmoid(x) and the product annotated (the sigmoid is the
+  backend's, with its fixed output range); hardsigmoid is written clamp(x + 3, 0, 6) · 1/6, each step
+  annotated, and hardswish x · hardsigmoid(x). The values are the same, and each op becomes an int8
+  kernel XNNPACK runs.
 - **Linears on N-D inputs become 2-D** for XNNPACK (`linears_2d=True`), which cannot build a
   static int8 linear on a 3-D input.
 """
@@ -85,7 +93,7 @@ class EdgeQuantizer:
     """
 
     def __init__(self, backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool,
-                 float_layers: tuple[str, ...] = ()):
+                 gates_int8: bool = False, float_layers: tuple[str, ...] = ()):
         self.backend = backend
         self.float_layers = float_layers  # module paths kept float (a QuantSpec's overrides)
         self.config = backend.global_config
@@ -93,6 +101,7 @@ class EdgeQuantizer:
         self.keep_float: set[str] = set()  # node names that stay float (pt2e.quantize sets them)
         self.matmul_int8 = matmul_int8
         self.linears_2d = linears_2d
+        self.gates_int8 = gates_int8
 
     def transform_for_annotation(self, model):
         """The graph rewritten in place before anything is annotated (scalar clamps as hardtanh, integer scalars
@@ -101,6 +110,8 @@ class EdgeQuantizer:
         _keep_integer_scalars(model)
         if self.linears_2d:
             _linears_2d(model)
+        if self.gates_int8:
+            _gates_spelled_out(model)
         return self.backend.transform_for_annotation(model)
 
     def annotate(self, model):
@@ -112,6 +123,8 @@ class EdgeQuantizer:
             _annotate_fused_clamps(model, self.config)
             if self.matmul_int8:
                 _annotate_matmuls(model, self.config)
+            if self.gates_int8:
+                _annotate_gates(model, self.config)
         self.backend.annotate(model)
         _unquantize_integer_derived(model)
         if not dynamic:
@@ -131,7 +144,8 @@ class EdgeQuantizer:
         self.backend.validate(model)
 
 
-def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool, float_layers: tuple[str, ...] = ()):
+def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool, gates_int8: bool = False,
+         float_layers: tuple[str, ...] = ()):
     """An `EdgeQuantizer` that is also a torchao `Quantizer` (what prepare_pt2e takes)."""
     from torchao.quantization.pt2e.quantizer import Quantizer
 
@@ -139,7 +153,7 @@ def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bo
         def __init__(self):
             Quantizer.__init__(self)
             EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8, linears_2d=linears_2d,
-                                   float_layers=float_layers)
+                                   gates_int8=gates_int8, float_layers=float_layers)
 
     return _Quantizer()
 
@@ -188,6 +202,37 @@ def _clamps_to_hardtanh(model) -> None:
                 node.target = torch.ops.aten.hardtanh.default
                 node.args = (node.args[0], float(lo), float(hi))
                 changed = True
+    if changed:
+        model.recompile()
+
+
+def _gates_spelled_out(model) -> None:
+    """silu(x) as mul(x, sigmoid(x)), hardsigmoid(x) as mul(hardtanh(add(x, 3), 0, 6), 1/6) and hardswish(x) as
+    mul(x, hardsigmoid(x)) so written: the same values, in ops the backend quantizes one by one."""
+    import torch
+
+    aten = torch.ops.aten
+    changed = False
+    for node in list(model.graph.nodes):
+        name = _name(node)
+        if name.rstrip("_").split(".")[0] not in ("silu", "hardsigmoid", "hardswish") or not _is_float(node.args[0]):
+            continue
+        x = node.args[0]
+        with model.graph.inserting_before(node):
+            if name.startswith("silu"):
+                steps = [model.graph.call_function(aten.sigmoid.default, (x,))]
+                steps.append(model.graph.call_function(aten.mul.Tensor, (x, steps[0])))
+            else:
+                steps = [model.graph.call_function(aten.add.Tensor, (x, 3.0))]
+                steps.append(model.graph.call_function(aten.hardtanh.default, (steps[0], 0.0, 6.0)))
+                steps.append(model.graph.call_function(aten.mul.Tensor, (steps[1], 1 / 6)))
+                if name.startswith("hardswish"):
+                    steps.append(model.graph.call_function(aten.mul.Tensor, (x, steps[2])))
+        for new in steps:
+            new.meta.update({k: v for k, v in node.meta.items() if k != "source_fn_stack"})
+        node.replace_all_uses_with(steps[-1])
+        model.graph.erase_node(node)
+        changed = True
     if changed:
         model.recompile()
 
@@ -308,6 +353,37 @@ def _annotate_fused_clamps(model, config) -> None:
         _set(clamp, {}, config.output_activation)
         for n in partition[2:]:
             _set(n, {})
+
+
+def _annotate_gates(model, config) -> None:
+    """The gates _gates_spelled_out wrote: x · sigmoid(x) as the product of two int8 values (the sigmoid is the
+    backend's: a fixed output range); clamp(x + 3, 0, 6) · 1/6 with the add and clamp one unit, then the product
+    (the constants, after the backend made them tensors, quantized as the activations beside them)."""
+    act, out = config.input_activation, config.output_activation
+    for node in model.graph.nodes:
+        if _name(node) != "mul.Tensor" or _annotated([node]) or len(node.args) < 2:
+            continue
+        first, second = node.args[:2]
+        if not (hasattr(first, "op") and hasattr(second, "op")):
+            continue
+        if _gate_of(second, first) and _is_float(first):  # a SiLU's or a hardswish's product
+            _set(node, {first: act, second: act}, out)
+        elif _name(first) in _CLAMPS and second.op == "get_attr" and len(first.users) == 1:
+            add = first.args[0]
+            if _name(add) == "add.Tensor" and len(add.users) == 1 and add.args[1].op == "get_attr" \
+                    and _is_float(add.args[0]) and not _annotated([add, first]):
+                _set(add, {add.args[0]: act, add.args[1]: act})
+                _set(first, {}, out)
+                _set(node, {first: act, second: act}, out)
+
+
+def _gate_of(gate, x) -> bool:
+    """Whether `gate` is sigmoid(x) or hardsigmoid(x) as _gates_spelled_out writes it."""
+    if _name(gate) == "sigmoid.default":
+        return gate.args[0] is x
+    clamp = gate.args[0] if _name(gate) == "mul.Tensor" else None
+    add = clamp.args[0] if hasattr(clamp, "op") and _name(clamp) in _CLAMPS else None
+    return hasattr(add, "op") and _name(add) == "add.Tensor" and add.args[0] is x
 
 
 def _annotate_matmuls(model, config) -> None:

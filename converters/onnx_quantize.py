@@ -1,9 +1,10 @@
 """onnx → onnx at int8, int8-dynamic or fp16 with onnxruntime's quantization tools.
 
-Static int8 is QDQ with per-channel int8 weights and int8 activations, after `quant_pre_process` —
-on a CPU where ONNX Runtime's int8 products saturate (x86-64 without VNNI, see edgekit.core.cpu),
-uint8 activations and uint8 weights instead, the remedy onnxruntime's quantization guide gives; the
-artifact records which (`int8_types`) and the types decide the dtype of integer I/O.
+Static int8 is QDQ with per-channel int8 weights, after `quant_pre_process`, with the activation and weight
+types edgekit.converters.onnx_int8_types chooses by what ONNX Runtime runs fastest on this CPU within the
+accuracy of the best (uint8 × int8 or int8 × int8; uint8 × uint8 where its int8 products saturate: x86-64
+without VNNI, see edgekit.core.cpu); the artifact records which and why (`int8_types`, with every candidate
+measured) and the types decide the dtype of integer I/O.
 Calibration methods map onto onnxruntime's calibrators: minmax → MinMax, percentile → Percentile,
 entropy → Entropy (histogram of 2048 bins); percentile and entropy ranges are computed as onnxruntime's
 calibrators compute them from statistics collected in one pass (edgekit.calibration.onnx_statistics, its
@@ -32,6 +33,7 @@ from edgekit.core import io_params
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.cpu import int8_products_saturate
 from edgekit.calibration.methods import mixed_scale
+from edgekit.converters import onnx_int8_types
 from edgekit.converters.onnx_simplify import simplify
 from edgekit.converters.onnx_score_heads import score_head_nodes, stem_activations
 from edgekit.core.errors import ConversionFailed, first_line
@@ -40,6 +42,9 @@ from edgekit.core.formats import onnx_dims, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.core.quant import Capabilities, unknown_layers
 from edgekit.targets.onnx.layers import layer_name
+
+
+SATURATES = "this CPU (x86-64 without VNNI) saturates onnxruntime's uint8 × int8 products"
 
 
 class OnnxQuantize(Converter):
@@ -69,7 +74,7 @@ class OnnxQuantize(Converter):
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         """fp16 (float32 I/O kept), int8-dynamic (int8 weights, activations quantized at run time) or static
         int8 QDQ calibrated on ctx.calibration with the spec's overrides and passes. The int8 models are checked
-        to load in onnxruntime, and the int8 types this CPU allows are recorded (`int8_types`)."""
+        to load in onnxruntime, and their integer types are recorded (`int8_types`)."""
         import onnx
 
         files = [str(out_path)]
@@ -83,18 +88,17 @@ class OnnxQuantize(Converter):
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         prepared, upgrade = self._prepared(src, ctx.work_dir / f"{out_path.stem}.pre.onnx", precision, ctx)
-        unsigned = int8_products_saturate()
-        kind, qtype = ("uint8", QuantType.QUInt8) if unsigned else ("int8", QuantType.QInt8)
         if precision == "int8-dynamic":  # activations are uint8 at run time: only the weights' type is chosen
-            quantize_dynamic(str(prepared), str(out_path), per_channel=True, weight_type=qtype)
-            types = {"activations": "uint8", "weights": kind}
+            unsigned = int8_products_saturate()
+            quantize_dynamic(str(prepared), str(out_path), per_channel=True,
+                             weight_type=QuantType.QUInt8 if unsigned else QuantType.QInt8)
+            types = {"activations": "uint8", "weights": "uint8" if unsigned else "int8"}
+            if unsigned:
+                types["why"] = SATURATES
         else:
-            self._static(prepared, out_path, src, ctx, qtype)
+            types = self._static(prepared, out_path, src, ctx)
             if ctx.spec.int8_io:
                 files.append(str(_integer_io(out_path, src)))
-            types = {"activations": kind, "weights": kind}
-        if unsigned:
-            types["why"] = "this CPU (x86-64 without VNNI) saturates onnxruntime's uint8 × int8 products"
         prepared.unlink()
         loads_in_onnxruntime(out_path, Path(src.path).name)
         meta = ArtifactMeta(int8_types=types, opset_upgrade=upgrade or None)
@@ -119,9 +123,9 @@ class OnnxQuantize(Converter):
             kept[key] = (shutil.copyfile(prepared, ctx.work_dir / "shared.pre.onnx"), upgrade)
         return prepared, upgrade
 
-    def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext, qtype) -> None:
-        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
-
+    def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext) -> dict:
+        """Static int8 QDQ at `out_path` in the integer types onnx_int8_types chooses (once per run with
+        ctx.reuse: a search's steps keep the first conversion's pair); its `int8_types` record."""
         from onnxruntime.quantization import save_tensors_data
 
         reader = _Reader(ctx.calibration, _graph_inputs(prepared, src))
@@ -133,10 +137,40 @@ class OnnxQuantize(Converter):
         ranges = _ranges(prepared, reader, ctx)
         cache = ctx.work_dir / "ranges.json"
         save_tensors_data(ranges, cache)
+        shared = ctx.reuse.kept if ctx.reuse else {}
+        if "int8 types" in shared:
+            pair, record = shared["int8 types"]
+            self._quantized(prepared, out_path, (reader, ranges, cache, smoothed), ctx, pair)
+            return record
+        pairs = onnx_int8_types.candidates(ctx.spec.int16_activations)
+        made = [onnx_int8_types.Candidate(p, out_path if len(pairs) == 1 else ctx.work_dir / f"{out_path.stem}.{p.activations}.onnx")
+                for p in pairs]
+        for c in made:
+            self._quantized(prepared, c.path, (reader, ranges, cache, smoothed), ctx, c.pair)
+        if len(made) == 1:
+            pick, why = made[0], SATURATES if int8_products_saturate() else "every activation is int16"
+        else:
+            reader.rewind()
+            feeds = list(iter(reader.get_next, None))[:onnx_int8_types.SAMPLES]
+            pick, why = onnx_int8_types.choose(made, prepared, feeds, ctx.spec.optimize)
+            shutil.move(pick.path, out_path)
+            for c in made:
+                c.path.unlink(missing_ok=True)
+        record = onnx_int8_types.record(pick, why, made, ctx.spec.optimize)
+        if ctx.reuse is not None:
+            shared["int8 types"] = (pick.pair, record)
+        return record
+
+    def _quantized(self, prepared: Path, out_path: Path, calibrated: tuple, ctx: ConvertContext, pair) -> None:
+        """`prepared` quantized with its calibration (reader, ranges, the ranges' file, the smoothed nodes) in
+        `pair`'s types at `out_path`, bias-corrected as the spec says, kept nodes' weights stored int8."""
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+        reader, ranges, cache, smoothed = calibrated
         spec = ctx.spec
         layers = layer_nodes(prepared, spec.layers("float") + spec.layers("int16"))
         kept = [n.name for layer in spec.layers("float") for n in layers[layer]]
-        shared, key = ctx.reuse.kept if ctx.reuse else {}, ("quantized", replace(spec, bias_correction=False))
+        shared, key = ctx.reuse.kept if ctx.reuse else {}, ("quantized", pair, replace(spec, bias_correction=False))
         if key in shared:  # the same quantization, made for a candidate without bias correction (or with it)
             shutil.copyfile(shared[key], out_path)
         else:
@@ -145,15 +179,16 @@ class OnnxQuantize(Converter):
             int16 = {t: [{"quant_type": QuantType.QInt16}] for t in wide}
             method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
                       "entropy": CalibrationMethod.Entropy, "mean-minmax": CalibrationMethod.MinMax}[spec.method]
+            activation_type, weight_type = pair.quant_types()
             quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
                             nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed,
                             quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
-                            activation_type=qtype, weight_type=qtype,
+                            activation_type=activation_type, weight_type=weight_type,
                             calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
             if int16:
                 _keep_metadata(prepared, out_path)
             if ctx.reuse is not None:
-                shared[key] = shutil.copyfile(out_path, ctx.work_dir / "shared.quantized.onnx")
+                shared[key] = shutil.copyfile(out_path, ctx.work_dir / f"shared.quantized.{pair.activations}.onnx")
         if spec.bias_correction:
             reader.rewind()
             onnx_bias_correction.correct(out_path, prepared, iter(reader.get_next, None), ctx.work_dir)

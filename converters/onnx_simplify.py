@@ -12,6 +12,12 @@ after layer. Both rewrites are exact and found by the graph's pattern, never by 
   affine's output itself.
 - A PReLU written out as relu(x) + c·relu(−x) (TensorFlow's Keras PReLU through tf2onnx: five nodes,
   four more roundings), as one PRelu node (`fuse_prelu`).
+
+One more exact rewrite is for speed: a global average pool written as ReduceMean over the two spatial axes
+(`adaptive_avg_pool2d(1)` and `x.mean((2, 3), keepdim=True)` through torch's exporter: every squeeze-and-excite
+block), as GlobalAveragePool (`global_pool`), which ONNX Runtime runs as an int8 kernel between
+quantize/dequantize pairs; it has none for ReduceMean, which then runs in float between a dequantize and a
+quantize.
 """
 
 from __future__ import annotations
@@ -25,14 +31,14 @@ _AFFINE = ("Mul", "Add", "Sub", "Div")  # for Sub and Div, only the convolution'
 
 
 def simplify(path: Path, out: Path | None = None) -> int:
-    """Both rewrites on the model at `path`, written to `out` (default: `path`) when anything was rewritten.
+    """The rewrites on the model at `path`, written to `out` (default: `path`) when anything was rewritten.
     The number of rewrites. The names they give are the same on every run, so a model simplified for int8
     and its float source simplified for comparison (`edgekit layers`) match by name."""
     import onnx
 
     model = onnx.load(str(path))
     constants = _constants(model.graph)
-    count = fold_affine(model.graph, constants) + fuse_prelu(model.graph, constants)
+    count = fold_affine(model.graph, constants) + fuse_prelu(model.graph, constants) + global_pool(model.graph, constants)
     if count:
         _drop_unused(model.graph)
         onnx.save(model, str(out or path))
@@ -96,6 +102,29 @@ def fuse_prelu(graph, constants: dict) -> int:
             graph.node.remove(n)
         fused += 1
     return fused
+
+
+def global_pool(graph, constants: dict) -> int:
+    """Replace each ReduceMean of a 4-D tensor over axes 2 and 3 that keeps its dimensions by GlobalAveragePool
+    (the same name and output); the number replaced. Axes come from the attribute (opset < 18) or a constant
+    input; the rank from the graph's shapes (onnxruntime's pre-processing infers them)."""
+    from onnx import helper
+
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in (*graph.input, *graph.value_info, *graph.output)
+             if v.type.tensor_type.HasField("shape")}
+    replaced = 0
+    for node in [n for n in graph.node if n.op_type == "ReduceMean" and ranks.get(n.input[0]) == 4]:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        axes = attrs.get("axes")
+        if axes is None and len(node.input) > 1 and node.input[1] in constants:
+            axes = constants[node.input[1]].tolist()
+        if axes is None or sorted(int(a) % 4 for a in axes) != [2, 3] or not attrs.get("keepdims", 1):
+            continue
+        pool = helper.make_node("GlobalAveragePool", [node.input[0]], list(node.output), name=node.name)
+        graph.node.insert(list(graph.node).index(node), pool)
+        graph.node.remove(node)
+        replaced += 1
+    return replaced
 
 
 def _prelu_parts(pos, scaled, producer: dict, constants: dict):

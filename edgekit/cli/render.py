@@ -179,6 +179,10 @@ def render_result(result, console: Console | None) -> None:
         if upgrade:
             console.print(f"    [yellow]note:[/yellow] upgraded from ONNX opset {upgrade['from']} to {upgrade['to']}: "
                           f"{upgrade['why']}")
+        types = meta.int8_types
+        if types and types.get("candidates"):
+            console.print(f"    [dim]int8 types: {types['activations']} activations × {types['weights']} weights, "
+                          f"{escape(types['why'])}[/dim]")
         if meta.search:
             _render_search(meta.search, console)
         second = r.verdict.second_size

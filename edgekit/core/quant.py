@@ -36,6 +36,7 @@ CALIBRATION_PASSES = ("smooth_quant", "bias_correction")  # what `auto` combines
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
 FALLBACKS = ("int16", "float")  # what a layer kept back from int8 becomes, the cheaper first
 GRANULARITIES = ("per_channel", "per_tensor")
+OPTIMIZE = ("latency", "size", "accuracy")  # what an int8 backend with more than one valid form keeps (--optimize)
 
 
 class Method(StrEnum):
@@ -99,6 +100,7 @@ class QuantSpec:
     smooth_quant: bool | None = False  # edgekit.calibration.smooth_quant, before calibration; None: where it applies
     int16_stem: bool = False  # int16 activations where the feature maps are at least 1/4 of the input's size
     int16_activations: bool = False  # int16 activations everywhere (a16w8), weights int8
+    optimize: str = "latency"  # among a backend's valid int8 forms: the fastest on this host, the smallest, the most accurate
     overrides: tuple[LayerOverride, ...] = field(default_factory=tuple)
 
     def __post_init__(self):
@@ -108,6 +110,8 @@ class QuantSpec:
             raise BadInput(f"unknown precision {self.precision!r}", fix=f"use one of {', '.join(PRECISIONS)}")
         if self.granularity not in GRANULARITIES:
             raise BadInput(f"unknown granularity {self.granularity.replace('_', '-')!r}", fix="use per-channel or per-tensor")
+        if self.optimize not in OPTIMIZE:
+            raise BadInput(f"unknown --optimize {self.optimize!r}", fix=f"use one of {', '.join(OPTIMIZE)}")
         if self.precision == "int8":
             return
         if self.int8_io:
@@ -149,7 +153,7 @@ class QuantSpec:
         return {"precision": self.precision, "method": self.method and str(self.method), "weight_bits": self.weight_bits,
                 "activation_bits": self.activation_bits, "granularity": self.granularity,
                 "int8_io": self.int8_io, "bias_correction": self.bias_correction, "smooth_quant": self.smooth_quant,
-                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations, "overrides": [o.to_json() for o in self.overrides]}
+                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations, "optimize": self.optimize, "overrides": [o.to_json() for o in self.overrides]}
 
     @classmethod
     def from_json(cls, d: dict) -> "QuantSpec":

@@ -228,6 +228,10 @@ def slow_int8_reasons(ins: Inspection) -> list[str]:
         heavy = [f for f in ran["float_ops"] if HEAVY_OPS.search(f.split(" ×")[0])]
         reasons.append(f"as {ran['runtime'].split(',')[0]} runs it, {1 - ran['int8_heavy_op_share']:.0%} of the "
                        f"conv/matmul ops are float kernels: {', '.join(heavy[:SHOWN])}")
+    elif ran and ran["float_ops"]:
+        reasons.append(f"as {ran['runtime'].split(',')[0]} runs it, {1 - ran['int8_compute_share']:.0%} of the compute "
+                       f"ops have no int8 kernel there and run float between dequantize and quantize: "
+                       f"{', '.join(ran['float_ops'][:SHOWN])}")
     if ins.format == "tflite":
         switches = {op: n for op, n in ins.op_counts.items() if QDQ_OPS.match(op)}
         if switches:

@@ -1,0 +1,151 @@
+"""Which integer types a static int8 ONNX model is quantized to: chosen by what ONNX Runtime runs, on this host.
+
+ONNX Runtime's CPU provider fuses DequantizeLinear → op → QuantizeLinear into an integer kernel only where the
+types line up with its kernels. On x86-64 it converts int8 activations to uint8 before fusing, and a tensor
+read by two ops (a conv's output feeding a SiLU, x · sigmoid(x); a residual add's output) is left int8: the
+conv writing it then runs in float between a dequantize and a quantize. Written uint8 in the file, every conv
+fuses. Which pair is fastest therefore depends on the model and the CPU, so each pair this CPU runs without
+saturating is made and read as the runtime runs it (`edgekit.targets.onnx.inspect.executed`); pairs are kept
+within ACCURACY_DB of the most accurate on the calibration samples, those running the most int8 kernels go on,
+and when more than one does they are timed, one thread, in turns (`choose`). `--optimize accuracy` keeps the
+most accurate, `--optimize size` the smallest file.
+
+Where ONNX Runtime's int8 products saturate (x86-64 without VNNI, edgekit.core.cpu), only uint8 × uint8 is
+made, the remedy its quantization guide gives.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.core.cpu import int8_products_saturate
+
+ACCURACY_DB = 1.0  # a pair this much less accurate than the best (SQNR on the calibration samples) is dropped
+SAMPLES = 8  # calibration samples the pairs are compared on
+ROUNDS = 3  # timed in turns, each pair once per round
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Activation and weight types of a static int8 ONNX model."""
+
+    activations: str  # "int8" | "uint8"
+    weights: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.activations} × {self.weights}"
+
+    def quant_types(self):
+        """onnxruntime's (activation_type, weight_type)."""
+        from onnxruntime.quantization import QuantType
+
+        types = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
+        return types[self.activations], types[self.weights]
+
+
+def candidates(wide_activations: bool) -> list[Pair]:
+    """The pairs worth making on this CPU. With every activation int16 (`wide_activations`) the activation type
+    is not used, so one pair is made."""
+    if int8_products_saturate():
+        return [Pair("uint8", "uint8")]
+    pairs = [Pair("uint8", "int8"), Pair("int8", "int8")]
+    return pairs[1:] if wide_activations else pairs
+
+
+@dataclass
+class Candidate:
+    """One pair as made and measured: its file, size, ONNX Runtime's executed int8 compute share, SQNR against
+    the float model on the calibration samples, its median latency when timed."""
+
+    pair: Pair
+    path: Path
+    bytes: int = 0
+    int8_compute_share: float | None = None
+    sqnr_db: float | None = None
+    latency_ms: float | None = None
+
+    def to_json(self, chosen: bool) -> dict:
+        """A row of `int8_types.candidates`."""
+        return {"activations": self.pair.activations, "weights": self.pair.weights, "bytes": self.bytes,
+                "int8_compute_share_as_run": self.int8_compute_share,
+                "sqnr_db": None if self.sqnr_db is None else round(self.sqnr_db, 2),
+                "latency_ms": None if self.latency_ms is None else round(self.latency_ms, 4), "chosen": chosen}
+
+
+def choose(made: list[Candidate], float_model: Path, feeds: list[dict], optimize: str) -> tuple[Candidate, str]:
+    """(the candidate to keep, why), after measuring `made` (see the module's docstring). `feeds` are
+    calibration inputs by graph input name, `float_model` the model they were quantized from."""
+    from edgekit.targets.onnx.inspect import executed
+
+    reference = _outputs(float_model, feeds)
+    for c in made:
+        c.bytes = c.path.stat().st_size
+        ran = executed(str(c.path), [])
+        c.int8_compute_share = ran["int8_compute_share"] if ran else None
+        c.sqnr_db = _sqnr(reference, _outputs(c.path, feeds))
+    best = max(c.sqnr_db for c in made)
+    if optimize == "accuracy":
+        pick = max(made, key=lambda c: c.sqnr_db)
+        return pick, f"the most accurate on {len(feeds)} calibration samples ({pick.sqnr_db:.1f} dB)"
+    accurate = [c for c in made if c.sqnr_db >= best - ACCURACY_DB]
+    if optimize == "size":
+        pick = min(accurate, key=lambda c: (c.bytes, -c.sqnr_db))
+        return pick, "the smallest file"
+    most = max(c.int8_compute_share or 0.0 for c in accurate)
+    finalists = [c for c in accurate if (c.int8_compute_share or 0.0) >= most - 1e-9]
+    if len(finalists) == 1:
+        pick = finalists[0]
+        others = ", ".join(f"{c.pair.name} {c.int8_compute_share or 0:.0%}" for c in made if c is not pick)
+        return pick, (f"ONNX Runtime runs the most compute ops as int8 kernels with it on this CPU "
+                      f"({pick.int8_compute_share:.0%}; {others})")
+    _time(finalists, feeds[0])
+    pick = min(finalists, key=lambda c: c.latency_ms)
+    timed = ", ".join(f"{c.pair.name} {c.latency_ms:.3f} ms" for c in finalists)
+    return pick, f"the fastest on this CPU at 1 thread ({timed}), as many int8 kernels as run"
+
+
+def _session(path: Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def _outputs(path: Path, feeds: list[dict]) -> list[np.ndarray]:
+    session = _session(path)
+    return [np.concatenate([np.ravel(y) for y in session.run(None, f)]).astype(np.float64) for f in feeds]
+
+
+def _sqnr(reference: list[np.ndarray], got: list[np.ndarray]) -> float:
+    signal = sum(float(np.sum(r * r)) for r in reference)
+    noise = sum(float(np.sum((r - g) ** 2)) for r, g in zip(reference, got))
+    return float("inf") if noise == 0 else 10 * np.log10(max(signal, 1e-30) / noise)
+
+
+def _time(finalists: list[Candidate], feed: dict) -> None:
+    """Each finalist's median latency at 1 thread, timed in turns over ROUNDS rounds (a host's load drifts)."""
+    from edgekit.targets.latency import samples
+
+    sessions = [_session(c.path) for c in finalists]
+    medians: list[list[float]] = [[] for _ in finalists]
+    for _ in range(ROUNDS):
+        for i, session in enumerate(sessions):
+            seconds, _ = samples(lambda s=session: s.run(None, feed), min_seconds=0.3, max_seconds=2.0)
+            medians[i].append(statistics.median(seconds) * 1e3)
+    for c, m in zip(finalists, medians):
+        c.latency_ms = statistics.median(m)
+
+
+def record(pick: Candidate, why: str, made: list[Candidate], optimize: str) -> dict:
+    """The artifact's `int8_types`: the pair kept, why, and every candidate measured."""
+    out = asdict(pick.pair) | {"why": why, "optimize": optimize}
+    if len(made) > 1:
+        out["candidates"] = [c.to_json(c is pick) for c in made]
+    return out
