@@ -6,9 +6,12 @@ read by two ops (a conv's output feeding a SiLU, x · sigmoid(x); a residual add
 conv writing it then runs in float between a dequantize and a quantize. Written uint8 in the file, every conv
 fuses. Which pair is fastest therefore depends on the model and the CPU, so each pair this CPU runs without
 saturating is made and read as the runtime runs it (`edgekit.targets.onnx.inspect.executed`); pairs are kept
-within ACCURACY_DB of the most accurate on the calibration samples, those running the most int8 kernels go on,
-and when more than one does they are timed, one thread, in turns (`choose`). `--optimize accuracy` keeps the
-most accurate, `--optimize size` the smallest file.
+within ACCURACY_DB of the most accurate on the calibration samples, and ranked by the share of compute ops the
+runtime runs as int8 kernels, then by how few ops it runs in all (each quantize, dequantize or layout change is
+one more pass over a tensor). Pairs the runtime runs as the same graph are one: the first is kept (uint8 × int8,
+what ONNX Runtime converts int8 activations to on x86-64 anyway), so the choice is the same on every run. Pairs
+that rank the same with different graphs are timed, one thread, in turns, and the fastest kept (`choose`).
+`--optimize accuracy` keeps the most accurate, `--optimize size` the smallest file.
 
 Where ONNX Runtime's int8 products saturate (x86-64 without VNNI, edgekit.core.cpu), only uint8 × uint8 is
 made, the remedy its quantization guide gives.
@@ -65,6 +68,7 @@ class Candidate:
     pair: Pair
     path: Path
     bytes: int = 0
+    executed: dict | None = None  # edgekit.targets.onnx.inspect.executed
     int8_compute_share: float | None = None
     sqnr_db: float | None = None
     latency_ms: float | None = None
@@ -85,8 +89,8 @@ def choose(made: list[Candidate], float_model: Path, feeds: list[dict], optimize
     reference = _outputs(float_model, feeds)
     for c in made:
         c.bytes = c.path.stat().st_size
-        ran = executed(str(c.path), [])
-        c.int8_compute_share = ran["int8_compute_share"] if ran else None
+        c.executed = executed(str(c.path), []) or {}
+        c.int8_compute_share = c.executed.get("int8_compute_share")
         c.sqnr_db = _sqnr(reference, _outputs(c.path, feeds))
     best = max(c.sqnr_db for c in made)
     if optimize == "accuracy":
@@ -96,17 +100,28 @@ def choose(made: list[Candidate], float_model: Path, feeds: list[dict], optimize
     if optimize == "size":
         pick = min(accurate, key=lambda c: (c.bytes, -c.sqnr_db))
         return pick, "the smallest file"
-    most = max(c.int8_compute_share or 0.0 for c in accurate)
-    finalists = [c for c in accurate if (c.int8_compute_share or 0.0) >= most - 1e-9]
+    rank = {id(c): (-(c.int8_compute_share or 0.0), c.executed.get("runtime_ops", 0)) for c in accurate}
+    top = min(rank.values())
+    finalists: list[Candidate] = []
+    for c in accurate:  # in candidates' order; a pair the runtime runs as the same graph as a finalist adds nothing
+        if rank[id(c)] == top and not any(_same_graph(c, f) for f in finalists):
+            finalists.append(c)
     if len(finalists) == 1:
         pick = finalists[0]
-        others = ", ".join(f"{c.pair.name} {c.int8_compute_share or 0:.0%}" for c in made if c is not pick)
-        return pick, (f"ONNX Runtime runs the most compute ops as int8 kernels with it on this CPU "
-                      f"({pick.int8_compute_share:.0%}; {others})")
+        others = ", ".join(f"{c.pair.name} {c.int8_compute_share or 0:.0%} of {c.executed.get('compute_ops', '?')} in "
+                           f"{c.executed.get('runtime_ops', '?')} ops" for c in made if c is not pick)
+        return pick, (f"ONNX Runtime runs the most compute ops as int8 kernels, in the fewest ops, with it on this CPU "
+                      f"({pick.int8_compute_share or 0:.0%} of {pick.executed.get('compute_ops', '?')} in "
+                      f"{pick.executed.get('runtime_ops', '?')} ops; {others})")
     _time(finalists, feeds[0])
     pick = min(finalists, key=lambda c: c.latency_ms)
     timed = ", ".join(f"{c.pair.name} {c.latency_ms:.3f} ms" for c in finalists)
     return pick, f"the fastest on this CPU at 1 thread ({timed}), as many int8 kernels as run"
+
+
+def _same_graph(a: Candidate, b: Candidate) -> bool:
+    keys = ("runtime_ops", "compute_ops", "ops_by_mode", "float_ops")
+    return all(a.executed.get(k) == b.executed.get(k) for k in keys)
 
 
 def _session(path: Path):

@@ -177,10 +177,51 @@ def test_int8_onnx_qdq(onnx_int8):
 
 
 def test_what_onnx_runtime_runs_is_read_from_the_graph_it_makes(tmp_path):
-    """The file asks for int8 in both convs of conv → SiLU → conv → ReLU; ONNX Runtime fuses the second into its
-    int8 kernel and runs the first, which feeds the SiLU, in float between dequantize and quantize. The file's
-    reading says the first, what the runtime runs (`executed`) the second, in the JSON, `inspect` and the bench."""
+    """conv → SiLU → conv → ReLU quantized int8 × int8 (as onnxruntime's quantizer makes it): the file asks for
+    int8 in both convs; ONNX Runtime fuses the second into its int8 kernel and runs the first, which feeds the
+    SiLU, in float between dequantize and quantize. The file's reading says the first, what the runtime runs
+    (`executed`) the second, in the JSON, `inspect` and the bench."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
     from edgekit.features.bench import slow_int8_reasons
+    from tests.conftest import run_cli
+    from tests.models import photo_crops
+
+    p = run_cli("convert", "tests.models:conv_silu_conv", "--input-shape", "x=1,3,32,32", "-t", "onnx",
+                "-o", tmp_path / "out", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    [artifact] = json.loads(p.stdout)["artifacts"]
+    crops = photo_crops(16, 0, 32)
+
+    class Reader:
+        def __init__(self):
+            self.rows = iter(crops)
+
+        def get_next(self):
+            x = next(self.rows, None)
+            return None if x is None else {"x": x[None]}
+
+    path = tmp_path / "int8.onnx"
+    quantize_static(artifact["path"], str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    read = inspect_artifact("onnx", str(path))
+    assert read.int8_heavy_op_share == 1.0 and read.float_ops == ()
+    ran = read.executed
+    assert ran["runtime"].startswith("onnxruntime ") and ran["compute_ops"] == 4
+    assert ran["float_ops"][0] == "Conv ×1 (qdq_float)" and ran["int8_heavy_op_share"] == 0.5
+    assert ran["ops_by_mode"] == {"qdq_float": 3, "int8": 1}  # the conv, the Sigmoid and the Mul; the fused conv
+    assert read.to_json()["executed"] == ran
+    shown = run_cli("inspect", path)
+    assert shown.returncode == 0 and "as it runs" in shown.stdout and "25.0% int8 of 4 compute ops" in shown.stdout
+    reasons = slow_int8_reasons(read)
+    assert "50% of the conv/matmul ops are float kernels: Conv ×1 (qdq_float)" in reasons[0]
+
+
+def test_edgekit_quantizes_onnx_in_the_types_onnx_runtime_fuses_on_this_cpu(tmp_path):
+    """The same model through edgekit: where this CPU's int8 products do not saturate it makes uint8 × int8 and
+    int8 × int8, reads each as ONNX Runtime runs it and keeps the one whose convs all run int8 (the conv feeding
+    the SiLU fuses with uint8 activations), recording both; where they saturate, uint8 × uint8 alone."""
+    from edgekit.core.cpu import int8_products_saturate
     from tests.conftest import run_cli
     from tests.models import photo_crops
 
@@ -190,16 +231,18 @@ def test_what_onnx_runtime_runs_is_read_from_the_graph_it_makes(tmp_path):
                 "--calib", tmp_path / "calib.npz", "--eval", tmp_path / "eval.npz", "-o", tmp_path / "out", "--json")
     assert p.returncode == 0, p.stderr[-2000:]
     [artifact] = json.loads(p.stdout)["artifacts"]
-    read = artifact["verification"]["inspection"]
-    assert read["int8_heavy_op_share"] == 1.0 and read["float_ops"] == []
-    ran = read["executed"]
-    assert ran["runtime"].startswith("onnxruntime ") and ran["compute_ops"] == 4
-    assert ran["float_ops"][0] == "Conv ×1 (qdq_float)" and ran["int8_heavy_op_share"] == 0.5
-    assert ran["ops_by_mode"] == {"qdq_float": 3, "int8": 1}  # the conv, the Sigmoid and the Mul; the fused conv
-    shown = run_cli("inspect", artifact["path"])
-    assert shown.returncode == 0 and "as it runs" in shown.stdout and "25.0% int8 of 4 compute ops" in shown.stdout
-    reasons = slow_int8_reasons(inspect_artifact("onnx", artifact["path"]))
-    assert "50% of the conv/matmul ops are float kernels: Conv ×1 (qdq_float)" in reasons[0]
+    types, ran = artifact["int8_types"], artifact["verification"]["inspection"]["executed"]
+    assert artifact["verification"]["status"] == "pass"
+    assert ran["int8_heavy_op_share"] == 1.0, ran  # both convs run ONNX Runtime's int8 kernel
+    if int8_products_saturate():
+        assert (types["activations"], types["weights"]) == ("uint8", "uint8") and "saturates" in types["why"]
+        return
+    assert (types["activations"], types["weights"]) == ("uint8", "int8") and types["optimize"] == "latency"
+    chosen, other = sorted(types["candidates"], key=lambda c: not c["chosen"])
+    assert chosen["chosen"] and (other["activations"], other["weights"]) == ("int8", "int8")
+    assert chosen["int8_compute_share_as_run"] > other["int8_compute_share_as_run"]
+    assert abs(chosen["sqnr_db"] - other["sqnr_db"]) < 1.0
+    assert "int8 types: uint8 activations × int8 weights, ONNX Runtime runs the most compute ops" in p.stderr
 
 
 def test_int8_onnx_dynamic(onnx_int8):

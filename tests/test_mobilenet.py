@@ -37,6 +37,12 @@ def test_mobilenet_int8_is_small_really_int8_and_accurate(tmp_path_factory, mobi
         assert abs(v.task_accuracy["artifact"] - v.task_accuracy["reference"]) <= 0.01
         assert v.inspection.int8_weight_share >= 0.9, (target, v.inspection.weight_bytes_by_dtype)
         assert r.artifact.bytes <= 0.4 * fp32[target].artifact.bytes, (target, r.artifact.bytes, fp32[target].artifact.bytes)
+    # what the runtimes run: LiteRT every op int8 inside one XNNPACK partition (its SiLU, hardsigmoid and hardswish
+    # spelled in ops XNNPACK takes), ONNX Runtime every conv as its int8 kernel (the integer types it fuses)
+    tflite = int8["tflite"].verdict.inspection
+    assert tflite.float_ops == () and tflite.executed["outside_delegate"] == [], tflite.executed
+    assert tflite.executed["delegate_partitions"] == 1
+    assert int8["onnx"].verdict.inspection.executed["int8_heavy_op_share"] == 1.0
 
 
 @pytest.mark.parametrize("target", ["tflite", "onnx"])

@@ -59,6 +59,9 @@ def _table(item) -> Table:
         rows.append(("as it runs", f"{_share(ran['int8_compute_share'])} int8 of {ran['compute_ops']} compute ops; "
                                    f"{_share(ran['int8_heavy_op_share'])} of conv/matmul ops; float: "
                                    f"{', '.join(ran['float_ops']) or 'none'} ({ran['runtime']})"))
+        if "outside_delegate" in ran:
+            rows.append(("outside delegate", f"{', '.join(ran['outside_delegate']) or 'none'}: the delegated graph runs in "
+                                             f"{ran['delegate_partitions']} part{'s' if ran['delegate_partitions'] != 1 else ''}"))
     if ins.delegated:
         rows.append(("delegated", ", ".join(
             f"{d}: {v['calls']} call{'s' if v['calls'] != 1 else ''}, " + (f"{v['ops']} ops" if v["ops"] is not None

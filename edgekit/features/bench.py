@@ -232,6 +232,10 @@ def slow_int8_reasons(ins: Inspection) -> list[str]:
         reasons.append(f"as {ran['runtime'].split(',')[0]} runs it, {1 - ran['int8_compute_share']:.0%} of the compute "
                        f"ops have no int8 kernel there and run float between dequantize and quantize: "
                        f"{', '.join(ran['float_ops'][:SHOWN])}")
+    if ran and ran.get("outside_delegate"):
+        reasons.append(f"as {ran['runtime'].split(',')[0]} runs it, {', '.join(ran['outside_delegate'][:SHOWN])} run outside "
+                       f"the XNNPACK delegate, in the interpreter's own kernels, splitting it into "
+                       f"{ran['delegate_partitions']} parts")
     if ins.format == "tflite":
         switches = {op: n for op, n in ins.op_counts.items() if QDQ_OPS.match(op)}
         if switches:

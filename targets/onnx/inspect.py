@@ -142,6 +142,7 @@ def executed(path: str, notes: list) -> dict | None:
            if o.mode in ("int8", "int16") and o.type not in QUANT_OPS and o.where in dequantized else o for o in ops]
     ran = build("onnx", weights={}, ops=ops, op_counts={}, tensors=(), io_dtypes={})
     return {"runtime": "onnxruntime CPUExecutionProvider, default graph optimizations",  # its version: tool_versions
+            "runtime_ops": len(nodes),  # every node it runs: compute, (de)quantize and layout ops
             "compute_ops": ran.compute_ops, "ops_by_mode": dict(ran.ops_by_mode),
             "int8_compute_share": ran.int8_compute_share, "int8_heavy_op_share": ran.int8_heavy_op_share,
             "float_ops": list(ran.float_ops)}

@@ -107,8 +107,43 @@ def inspect(path: str) -> Inspection:
         notes.append("integer model inputs: callers must quantize with the input tensor's scale and zero point")
     duplicates = [{"bytes": copies[0][1], "tensors": [name for name, _ in copies]}
                   for copies in by_content.values() if len(copies) > 1]
+    ran = executed(path, ops, notes) if any(o.mode in ("int8", "int16") for o in ops) else None
     return build("tflite", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors,
-                 io_dtypes=io, notes=notes, io_shapes=shapes, duplicates=duplicates)
+                 io_dtypes=io, notes=notes, io_shapes=shapes, duplicates=duplicates, executed=ran)
+
+
+def executed(path: str, ops: list[OpInfo], notes: list) -> dict | None:
+    """What LiteRT's interpreter runs of a quantized file: its ops as read above, and those its default XNNPACK
+    delegate does not take (`outside_delegate`, by type and mode): each runs in the interpreter's own kernel and
+    splits the delegated graph (`delegate_partitions`), as an int8 HARD_SWISH does. An op is outside when none
+    of its outputs is a delegate's and one is read by a delegate or by another op outside, or is the model's
+    output. None, with a note, when the interpreter cannot open the file."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        interp = Interpreter(model_path=path, num_threads=1)
+        interp.allocate_tensors()
+        details = interp._get_ops_details()  # the only view of the delegated graph its Python API gives
+        outputs = {d["index"] for d in interp.get_output_details()}
+    except Exception as e:  # noqa: BLE001 - the file's own reading stands; say why this part is missing
+        notes.append(f"what LiteRT runs could not be read: {type(e).__name__}: {str(e)[:200]}")
+        return None
+    delegates = [d for d in details if d["op_name"] == "DELEGATE"]
+    delegated = {t for d in delegates for t in d["outputs"]}
+    read = {t for d in delegates for t in d["inputs"]} | outputs
+    outside = []
+    for d in reversed([d for d in details if d["op_name"] != "DELEGATE"]):  # an op's readers come after it
+        if not set(d["outputs"]) & delegated and set(d["outputs"]) & read:
+            outside.append(d["index"])
+            read |= {t for t in d["inputs"] if t >= 0}
+    mode = {o.where: o for o in ops}
+    kinds = collections.Counter(f"{mode[w].type} ({mode[w].mode})" for i in sorted(outside)
+                                if (w := f"subgraph0:op{i}") in mode)
+    ran = build("tflite", weights={}, ops=ops, op_counts={}, tensors=(), io_dtypes={})
+    return {"runtime": "LiteRT interpreter, default XNNPACK delegate", "compute_ops": ran.compute_ops, "ops_by_mode": dict(ran.ops_by_mode),
+            "int8_compute_share": ran.int8_compute_share, "int8_heavy_op_share": ran.int8_heavy_op_share,
+            "float_ops": list(ran.float_ops), "delegate_partitions": len(delegates),
+            "outside_delegate": [f"{k.split(' (')[0]} ×{n} ({k.split(' (')[1]}" for k, n in kinds.most_common()]}
 
 
 def _io_shape(t) -> dict:

@@ -89,14 +89,19 @@ def trace(float_path: str, quant_path: str, signature: Signature, inputs: dict[s
 def _align(ref: _Traced, qnt: _Traced) -> dict[int, tuple[dict, str]]:
     """int8 op index → (the fp32 op whose output it must match, the int8 ops' label).
 
-    The op-type sequences (QUANTIZE/DEQUANTIZE set aside) are aligned as a diff would. Where the
+    The op sequences (QUANTIZE/DEQUANTIZE set aside) are aligned as a diff would, by op type and the module
+    holding the one its torch.export location names (by type alone where most ops have none): two blocks of the same ops
+    are never taken for each other. A layer each model spells in different ops (an int8 hardswish written
+    as ADD, MUL, MUL for XNNPACK) matches at its last op. Where the
     int8 model has extra ops after an aligned one (an activation the fp32 model folds into its
     conv, say), the fp32 output matches the end of that run, not its first op: the run is one layer
     ("CONV_2D+ADD"). Likewise where the fp32 model has the extra ops. Ops left over are matched by
     output tensor name.
     """
     q_ops = [op for op in qnt.ops if op["op_name"] not in BOUNDARY_OPS]
-    a, b = [op["op_name"] for op in q_ops], [op["op_name"] for op in ref.ops]
+    a, b = _sequence(qnt, q_ops), _sequence(ref, ref.ops)
+    if not (_located(a) and _located(b)):  # no torch locations on both sides (a TensorFlow source): types alone
+        a, b = [(t, "") for t, _ in a], [(t, "") for t, _ in b]
     pairs: dict[int, int] = {}  # position in q_ops → position in ref.ops
     runs: dict[int, int] = {}  # position in q_ops → where its run starts
     for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
@@ -107,6 +112,9 @@ def _align(ref: _Traced, qnt: _Traced) -> dict[int, tuple[dict, str]]:
             runs[i2 - 1] = runs.pop(i1 - 1, i1 - 1)
         elif tag == "insert" and i1 > 0 and i1 - 1 in pairs:  # only fp32 has b[j1:j2]: they extend b[j1-1]
             pairs[i1 - 1] = j2 - 1
+        elif tag == "replace" and a[i2 - 1][1] and a[i2 - 1][1] == b[j2 - 1][1]:  # one layer spelled otherwise
+            pairs[i2 - 1], runs[i2 - 1] = j2 - 1, i1  # (a hardswish as ADD, MUL, MUL): their outputs match
+    a = [t for t, _ in a]
     out = {q_ops[i]["index"]: (ref.ops[j], "+".join(a[runs.get(i, i):i + 1])) for i, j in pairs.items()}
     taken = {r["index"] for r, _ in out.values()}
     by_name = {ref.tensors[op["outputs"][0]]["name"]: op for op in ref.ops if op["index"] not in taken}
@@ -115,6 +123,21 @@ def _align(ref: _Traced, qnt: _Traced) -> dict[int, tuple[dict, str]]:
         if q["index"] not in out and r is not None and r["op_name"] == q["op_name"]:
             out[q["index"]] = (r, q["op_name"])
     return out
+
+
+def _sequence(traced: _Traced, ops: list[dict]) -> list[tuple[str, str]]:
+    """(op type, the module holding the module its output's torch.export location names, or "") of each op: the
+    holder, since a conv with its BatchNorm folded in is named after either (`block.0.0`, `block.0.1`)."""
+    out = []
+    for op in ops:
+        locations = [p for p in traced.tensors[op["outputs"][0]]["name"].split(";") if "/" in p]
+        path = next((m for loc in locations if (m := module_path_from_location(loc))), "")
+        out.append((op["op_name"], path.rpartition(".")[0] or path))
+    return out
+
+
+def _located(sequence: list[tuple[str, str]]) -> bool:
+    return sum(bool(path) for _, path in sequence) >= len(sequence) / 2
 
 
 def _keys(ref: _Traced, qnt: _Traced, pairs: dict[int, tuple[dict, str]], input_names: tuple[str, ...]):
