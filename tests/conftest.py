@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.core.cpu import int8_products_saturate
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_models"
@@ -65,7 +64,3 @@ KERAS = SAMPLES / "digits_keras.keras"
 KERAS_CALIB = SAMPLES / "digits_keras_calib.npz"
 KERAS_EVAL = SAMPLES / "digits_keras_eval.npz"
 
-
-def onnx_integer_type() -> str:
-    """The integer type of edgekit's static int8 ONNX models on this CPU (see edgekit.core.cpu)."""
-    return "uint8" if int8_products_saturate() else "int8"
