@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.core.cpu import int8_products_saturate
+from edgekit.targets.latency import samples
+from edgekit.targets.onnx.inspect import executed
 
 ACCURACY_DB = 1.0  # a pair this much less accurate than the best (SQNR on the calibration samples) is dropped
 SAMPLES = 8  # calibration samples the pairs are compared on
@@ -41,6 +43,7 @@ class Pair:
 
     @property
     def name(self) -> str:
+        """'uint8 × int8': how messages name the pair."""
         return f"{self.activations} × {self.weights}"
 
     def quant_types(self):
@@ -84,9 +87,7 @@ class Candidate:
 def choose(made: list[Candidate], float_model: Path, feeds: list[dict], optimize: str) -> tuple[Candidate, str]:
     """(the candidate to keep, why), after measuring `made` (see the module's docstring). `feeds` are
     calibration inputs by graph input name, `float_model` the model they were quantized from."""
-    from edgekit.targets.onnx.inspect import executed
-
-    reference = _outputs(float_model, feeds)
+    reference = _outputs(float_model, feeds, optimized=False)
     for c in made:
         c.bytes = c.path.stat().st_size
         c.executed = executed(str(c.path), []) or {}
@@ -124,17 +125,21 @@ def _same_graph(a: Candidate, b: Candidate) -> bool:
     return all(a.executed.get(k) == b.executed.get(k) for k in keys)
 
 
-def _session(path: Path):
+def _session(path: Path, optimized: bool = True):
+    """A 1-thread CPU session; with `optimized` False, none of ONNX Runtime's graph rewrites (the float reference:
+    the outputs as the model computes them, and some rewrites refuse a pre-processed model)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def _outputs(path: Path, feeds: list[dict]) -> list[np.ndarray]:
-    session = _session(path)
+def _outputs(path: Path, feeds: list[dict], optimized: bool = True) -> list[np.ndarray]:
+    session = _session(path, optimized)
     return [np.concatenate([np.ravel(y) for y in session.run(None, f)]).astype(np.float64) for f in feeds]
 
 
@@ -146,8 +151,6 @@ def _sqnr(reference: list[np.ndarray], got: list[np.ndarray]) -> float:
 
 def _time(finalists: list[Candidate], feed: dict) -> None:
     """Each finalist's median latency at 1 thread, timed in turns over ROUNDS rounds (a host's load drifts)."""
-    from edgekit.targets.latency import samples
-
     sessions = [_session(c.path) for c in finalists]
     medians: list[list[float]] = [[] for _ in finalists]
     for _ in range(ROUNDS):

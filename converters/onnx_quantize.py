@@ -152,7 +152,11 @@ class OnnxQuantize(Converter):
         else:
             reader.rewind()
             feeds = list(iter(reader.get_next, None))[:onnx_int8_types.SAMPLES]
-            pick, why = onnx_int8_types.choose(made, prepared, feeds, ctx.spec.optimize)
+            try:
+                pick, why = onnx_int8_types.choose(made, prepared, feeds, ctx.spec.optimize)
+            except Exception as e:  # noqa: BLE001 - every candidate is a valid model: keep the first, say why
+                pick, why = made[0], (f"the first pair this CPU runs: the candidates could not be measured "
+                                      f"({type(e).__name__}: {first_line(str(e))[:160]})")
             shutil.move(pick.path, out_path)
             for c in made:
                 c.path.unlink(missing_ok=True)
