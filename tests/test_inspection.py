@@ -302,3 +302,25 @@ def test_import_loads_no_framework():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_optimize_accuracy_keeps_the_most_accurate_pair_and_an_unknown_goal_is_refused(tmp_path):
+    """`--optimize accuracy` keeps the ONNX integer types with the best SQNR on the calibration samples and says so;
+    an unknown goal is refused before any work, with the choices."""
+    from tests.conftest import run_cli
+    from tests.models import photo_crops
+
+    np.savez(tmp_path / "calib.npz", x=photo_crops(16, 0, 32))
+    args = ("convert", "tests.models:conv_silu_conv", "--input-shape", "x=1,3,32,32", "-t", "onnx", "--int8",
+            "--calib", tmp_path / "calib.npz", "-o", tmp_path / "out", "--json")
+    bad = run_cli(*args, "--optimize", "speed")
+    assert bad.returncode == 2 and "unknown --optimize 'speed'" in bad.stderr and "latency, size, accuracy" in bad.stderr
+    p = run_cli(*args, "--optimize", "accuracy")
+    assert p.returncode == 0, p.stderr[-2000:]
+    [artifact] = json.loads(p.stdout)["artifacts"]
+    types = artifact["int8_types"]
+    assert types["optimize"] == "accuracy"
+    if len(types.get("candidates", ())) > 1:  # one pair only where this CPU's int8 products saturate
+        best = max(c["sqnr_db"] for c in types["candidates"])
+        [chosen] = [c for c in types["candidates"] if c["chosen"]]
+        assert chosen["sqnr_db"] == best and types["why"].startswith("the most accurate on 8 calibration samples")
