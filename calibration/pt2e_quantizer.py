@@ -215,7 +215,7 @@ def _gates_spelled_out(model) -> None:
     changed = False
     for node in list(model.graph.nodes):
         name = _name(node)
-        if name.rstrip("_").split(".")[0] not in ("silu", "hardsigmoid", "hardswish") or not _is_float(node.args[0]):
+        if name.split(".")[0].rstrip("_") not in ("silu", "hardsigmoid", "hardswish") or not _is_float(node.args[0]):
             continue
         x = node.args[0]
         with model.graph.inserting_before(node):
