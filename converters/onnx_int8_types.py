@@ -20,14 +20,16 @@ made, the remedy its quantization guide gives.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from edgekit.core.cpu import int8_products_saturate
+from edgekit.core.drift import sqnr_db
 from edgekit.targets.latency import samples
 from edgekit.targets.onnx.inspect import executed
+from edgekit.targets.onnx.runner import session
 
 ACCURACY_DB = 1.0  # a pair this much less accurate than the best (SQNR on the calibration samples) is dropped
 SAMPLES = 8  # calibration samples the pairs are compared on
@@ -71,10 +73,14 @@ class Candidate:
     pair: Pair
     path: Path
     bytes: int = 0
-    executed: dict | None = None  # edgekit.targets.onnx.inspect.executed
-    int8_compute_share: float | None = None
+    executed: dict = field(default_factory=dict)  # edgekit.targets.onnx.inspect.executed ({} when unread)
     sqnr_db: float | None = None
     latency_ms: float | None = None
+
+    @property
+    def int8_compute_share(self) -> float | None:
+        """The share of compute ops ONNX Runtime runs as int8 kernels (None when not read)."""
+        return self.executed.get("int8_compute_share")
 
     def to_json(self, chosen: bool) -> dict:
         """A row of `int8_types.candidates`."""
@@ -91,8 +97,7 @@ def choose(made: list[Candidate], float_model: Path, feeds: list[dict], optimize
     for c in made:
         c.bytes = c.path.stat().st_size
         c.executed = executed(str(c.path), []) or {}
-        c.int8_compute_share = c.executed.get("int8_compute_share")
-        c.sqnr_db = _sqnr(reference, _outputs(c.path, feeds))
+        c.sqnr_db = sqnr_db(reference, _outputs(c.path, feeds))
     best = max(c.sqnr_db for c in made)
     if optimize == "accuracy":
         pick = max(made, key=lambda c: c.sqnr_db)
@@ -125,37 +130,19 @@ def _same_graph(a: Candidate, b: Candidate) -> bool:
     return all(a.executed.get(k) == b.executed.get(k) for k in keys)
 
 
-def _session(path: Path, optimized: bool = True):
-    """A 1-thread CPU session; with `optimized` False, none of ONNX Runtime's graph rewrites (the float reference:
-    the outputs as the model computes them, and some rewrites refuse a pre-processed model)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    if not optimized:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _outputs(path: Path, feeds: list[dict], optimized: bool = True) -> list[np.ndarray]:
-    session = _session(path, optimized)
-    return [np.concatenate([np.ravel(y) for y in session.run(None, f)]).astype(np.float64) for f in feeds]
-
-
-def _sqnr(reference: list[np.ndarray], got: list[np.ndarray]) -> float:
-    signal = sum(float(np.sum(r * r)) for r in reference)
-    noise = sum(float(np.sum((r - g) ** 2)) for r, g in zip(reference, got))
-    return float("inf") if noise == 0 else 10 * np.log10(max(signal, 1e-30) / noise)
+def _outputs(path: Path, feeds: list[dict], optimized: bool = True) -> np.ndarray:
+    """Every output on every feed, flattened into one vector."""
+    run = session(str(path), optimized=optimized).run
+    return np.concatenate([np.ravel(y) for f in feeds for y in run(None, f)]).astype(np.float64)
 
 
 def _time(finalists: list[Candidate], feed: dict) -> None:
     """Each finalist's median latency at 1 thread, timed in turns over ROUNDS rounds (a host's load drifts)."""
-    sessions = [_session(c.path) for c in finalists]
+    sessions = [session(str(c.path)) for c in finalists]
     medians: list[list[float]] = [[] for _ in finalists]
     for _ in range(ROUNDS):
-        for i, session in enumerate(sessions):
-            seconds, _ = samples(lambda s=session: s.run(None, feed), min_seconds=0.3, max_seconds=2.0)
+        for i, opened in enumerate(sessions):
+            seconds, _ = samples(lambda s=opened: s.run(None, feed), min_seconds=0.3, max_seconds=2.0)
             medians[i].append(statistics.median(seconds) * 1e3)
     for c, m in zip(finalists, medians):
         c.latency_ms = statistics.median(m)

@@ -96,6 +96,15 @@ def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: di
     )
 
 
+def executed_view(fmt: str, runtime: str, ops: list[OpInfo], **extra) -> dict:
+    """`Inspection.executed`: the compute ops, modes, int8 shares and float ops of `ops` as `runtime` runs them,
+    counted by `build`'s rules, with what the format's reader adds (`extra`)."""
+    ran = build(fmt, weights={}, ops=ops, op_counts={}, tensors=(), io_dtypes={})
+    return {"runtime": runtime, **extra, "compute_ops": ran.compute_ops, "ops_by_mode": dict(ran.ops_by_mode),
+            "int8_compute_share": ran.int8_compute_share, "int8_heavy_op_share": ran.int8_heavy_op_share,
+            "float_ops": list(ran.float_ops)}
+
+
 def io_entry(name: str, dims) -> dict:
     """One input or output of `io_shapes`: `dims` are ints, with a dynamic one as None or its symbolic
     name; `dynamic` lists the indices of the dynamic ones. `dims` None: the file does not record the shape."""

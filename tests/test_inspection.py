@@ -324,3 +324,76 @@ def test_optimize_accuracy_keeps_the_most_accurate_pair_and_an_unknown_goal_is_r
         best = max(c["sqnr_db"] for c in types["candidates"])
         [chosen] = [c for c in types["candidates"] if c["chosen"]]
         assert chosen["sqnr_db"] == best and types["why"].startswith("the most accurate on 8 calibration samples")
+
+
+def test_a_global_average_pool_written_as_reduce_mean_is_rewritten_and_runs_int8(tmp_path):
+    """ReduceMean over H and W keeping its dimensions (torch's export of adaptive_avg_pool2d(1), every
+    squeeze-and-excite block) becomes GlobalAveragePool with the same name and outputs; over one axis, or dropping
+    them, it stays. Quantized, ONNX Runtime runs the pool as an int8 kernel, where it runs ReduceMean in float."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    from onnxruntime.quantization import QuantFormat, QuantType, quant_pre_process, quantize_static
+
+    from edgekit.converters.onnx_simplify import simplify
+
+    axes = helper.make_tensor("hw", TensorProto.INT64, [2], [2, 3])
+    one = helper.make_tensor("w", TensorProto.INT64, [1], [3])
+    nodes = [helper.make_node("ReduceMean", ["x", "hw"], ["pooled"], name="pool"),
+             helper.make_node("ReduceMean", ["x", "w"], ["rows"], name="rows_mean"),
+             helper.make_node("ReduceMean", ["x", "hw"], ["flat"], name="flat_mean", keepdims=0)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("pooled", "rows", "flat")],
+                              initializer=[axes, one])
+    src, prepared = tmp_path / "m.onnx", tmp_path / "pre.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), src)
+    quant_pre_process(str(src), str(prepared))  # gives the rank the rewrite reads
+    x = np.random.default_rng(0).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    before = ort.InferenceSession(str(prepared), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert simplify(prepared) == 1
+    ops = {n.name: n.op_type for n in onnx.load(str(prepared)).graph.node}
+    assert ops == {"pool": "GlobalAveragePool", "rows_mean": "ReduceMean", "flat_mean": "ReduceMean"}
+    after = ort.InferenceSession(str(prepared), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for b, a in zip(before, after):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+    class Reader:
+        rows = iter([x, x * 0.5])
+
+        def get_next(self):
+            v = next(self.rows, None)
+            return None if v is None else {"x": v}
+
+    quantized = tmp_path / "int8.onnx"
+    quantize_static(str(prepared), str(quantized), Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["GlobalAveragePool"])
+    ran = inspect_artifact("onnx", str(quantized)).executed
+    assert ran["ops_by_mode"].get("int8") == 1 and not any(f.startswith("GlobalAveragePool") for f in ran["float_ops"]), ran
+
+
+def test_an_int8_op_the_xnnpack_delegate_does_not_take_is_named_with_the_parts_it_splits(tmp_path):
+    """conv → hardswish → conv quantized by TFLiteConverter: LiteRT's XNNPACK delegate takes both int8 convs and
+    not the int8 HARD_SWISH between them, which then runs in the interpreter's own kernel and splits the delegated
+    graph in two. The inspection, `inspect` and the bench say so; the file's own reading sees only int8 ops."""
+    import keras
+    import tensorflow as tf
+
+    from edgekit.features.bench import slow_int8_reasons
+    from tests.conftest import run_cli
+
+    inputs = keras.Input((8, 8, 3))
+    y = keras.layers.Conv2D(4, 3, padding="same")(inputs)
+    y = keras.layers.Conv2D(4, 3, padding="same")(keras.layers.Activation("hard_swish")(y))
+    converter = tf.lite.TFLiteConverter.from_keras_model(keras.Model(inputs, y))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    rng = np.random.default_rng(0)
+    converter.representative_dataset = lambda: ([rng.standard_normal((1, 8, 8, 3)).astype(np.float32)] for _ in range(8))
+    path = tmp_path / "hard_swish.int8.tflite"
+    path.write_bytes(converter.convert())
+    read = inspect_artifact("tflite", str(path))
+    assert read.float_ops == () and read.int8_compute_share == 1.0
+    ran = read.executed
+    assert ran["outside_delegate"] == ["HARD_SWISH ×1 (int8)"] and ran["delegate_partitions"] == 2, ran
+    assert "HARD_SWISH ×1 (int8) run outside the XNNPACK delegate" in " ".join(slow_int8_reasons(read))
+    shown = run_cli("inspect", path)
+    assert shown.returncode == 0 and "HARD_SWISH ×1 (int8): the delegated graph runs in 2 parts" in shown.stdout

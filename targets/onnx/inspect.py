@@ -18,7 +18,7 @@ import numpy as np
 
 from edgekit.core.formats import onnx_dims
 from edgekit.core.inspection import Inspection, OpInfo
-from edgekit.targets.inspection import HEAVY_OPS, build, io_entry
+from edgekit.targets.inspection import HEAVY_OPS, build, executed_view, io_entry
 
 DATA_OPS = frozenset({
     "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Split",
@@ -140,12 +140,8 @@ def executed(path: str, notes: list) -> dict | None:
                           for x in n.input)}
     ops = [OpInfo(o.type, "qdq_float", o.where)
            if o.mode in ("int8", "int16") and o.type not in QUANT_OPS and o.where in dequantized else o for o in ops]
-    ran = build("onnx", weights={}, ops=ops, op_counts={}, tensors=(), io_dtypes={})
-    return {"runtime": "onnxruntime CPUExecutionProvider, default graph optimizations",  # its version: tool_versions
-            "runtime_ops": len(nodes),  # every node it runs: compute, (de)quantize and layout ops
-            "compute_ops": ran.compute_ops, "ops_by_mode": dict(ran.ops_by_mode),
-            "int8_compute_share": ran.int8_compute_share, "int8_heavy_op_share": ran.int8_heavy_op_share,
-            "float_ops": list(ran.float_ops)}
+    return executed_view("onnx", "onnxruntime CPUExecutionProvider, default graph optimizations",  # its version: tool_versions
+                         ops, runtime_ops=len(nodes))  # every node it runs: compute, (de)quantize and layout ops
 
 
 def _io_shape(value) -> dict:

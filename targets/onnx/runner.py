@@ -12,10 +12,12 @@ ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor
              "tensor(bool)": np.bool_}
 
 
-def session(path: str, *, threads: int = 1, ort_format: bool = False):
+def session(path: str, *, threads: int = 1, ort_format: bool = False, optimized: bool = True):
     """An ONNX Runtime CPU session on `path` as edgekit runs it: `threads` threads, quiet. An .ort
     (`ort_format`) is loaded as ORT format and run exactly as saved, with no graph optimization: a
-    minimal or mobile build of ONNX Runtime cannot optimize an .ort at load, so neither does edgekit."""
+    minimal or mobile build of ONNX Runtime cannot optimize an .ort at load, so neither does edgekit.
+    `optimized` False runs an .onnx as written too (a float reference: some rewrites refuse a pre-processed
+    model)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -24,6 +26,7 @@ def session(path: str, *, threads: int = 1, ort_format: bool = False):
     opts.log_severity_level = 3
     if ort_format:
         opts.add_session_config_entry("session.load_model_format", "ORT")
+    if ort_format or not optimized:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 

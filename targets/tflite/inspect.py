@@ -8,7 +8,7 @@ import hashlib
 import numpy as np
 
 from edgekit.core.inspection import INT8_FAMILY, Inspection, OpInfo
-from edgekit.targets.inspection import build, io_entry
+from edgekit.targets.inspection import build, executed_view, io_entry
 
 # Data movement and (de)quantization: not counted as compute ops.
 DATA_OPS = frozenset({
@@ -136,14 +136,12 @@ def executed(path: str, ops: list[OpInfo], notes: list) -> dict | None:
         if not set(d["outputs"]) & delegated and set(d["outputs"]) & read:
             outside.append(d["index"])
             read |= {t for t in d["inputs"] if t >= 0}
-    mode = {o.where: o for o in ops}
-    kinds = collections.Counter(f"{mode[w].type} ({mode[w].mode})" for i in sorted(outside)
-                                if (w := f"subgraph0:op{i}") in mode)
-    ran = build("tflite", weights={}, ops=ops, op_counts={}, tensors=(), io_dtypes={})
-    return {"runtime": "LiteRT interpreter, default XNNPACK delegate", "compute_ops": ran.compute_ops, "ops_by_mode": dict(ran.ops_by_mode),
-            "int8_compute_share": ran.int8_compute_share, "int8_heavy_op_share": ran.int8_heavy_op_share,
-            "float_ops": list(ran.float_ops), "delegate_partitions": len(delegates),
-            "outside_delegate": [f"{k.split(' (')[0]} ×{n} ({k.split(' (')[1]}" for k, n in kinds.most_common()]}
+    by_place = {o.where: o for o in ops}
+    kinds = collections.Counter((by_place[w].type, by_place[w].mode) for i in sorted(outside)
+                                if (w := f"subgraph0:op{i}") in by_place)
+    return executed_view("tflite", "LiteRT interpreter, default XNNPACK delegate", ops,
+                         delegate_partitions=len(delegates),
+                         outside_delegate=[f"{ty} ×{n} ({mode})" for (ty, mode), n in kinds.most_common()])
 
 
 def _io_shape(t) -> dict:
