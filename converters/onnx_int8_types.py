@@ -13,6 +13,11 @@ what ONNX Runtime converts int8 activations to on x86-64 anyway), so the choice 
 that rank the same with different graphs are timed, one thread, in turns, and the fastest kept (`choose`).
 `--optimize accuracy` keeps the most accurate, `--optimize size` the smallest file.
 
+Where the kept pair still runs ops with no int8 kernel (float between a dequantize and a quantize: HardSigmoid
+in ONNX Runtime 1.2x), the pair is timed against the float model it was quantized from, in turns; an int8 model
+no faster than its float one is recorded as such (`vs_fp32`), with the ops, and `convert` says so: such a
+runtime has no faster int8 form of the model, and its fp32 artifact is the one to keep for latency.
+
 Where ONNX Runtime's int8 products saturate (x86-64 without VNNI, edgekit.core.cpu), only uint8 × uint8 is
 made, the remedy its quantization guide gives.
 """
@@ -125,6 +130,18 @@ def choose(made: list[Candidate], float_model: Path, feeds: list[dict], optimize
     return pick, f"the fastest on this CPU at 1 thread ({timed}), as many int8 kernels as run"
 
 
+def against_float(pick: Candidate, float_model: Path, feed: dict) -> dict | None:
+    """Where `pick` runs ops with no int8 kernel: its latency and the float model's, timed in turns at 1 thread
+    (`vs_fp32` is int8 ÷ fp32), with those ops. None where every compute op runs as an int8 kernel."""
+    islands = [f for f in pick.executed.get("float_ops") or [] if f.endswith("(qdq_float)")]
+    if not islands:
+        return None
+    reference = Candidate(pick.pair, float_model)
+    _time([pick, reference], feed)
+    return {"int8_ms": round(pick.latency_ms, 4), "fp32_ms": round(reference.latency_ms, 4),
+            "vs_fp32": round(pick.latency_ms / reference.latency_ms, 3), "float_ops": islands}
+
+
 def _same_graph(a: Candidate, b: Candidate) -> bool:
     keys = ("runtime_ops", "compute_ops", "ops_by_mode", "float_ops")
     return all(a.executed.get(k) == b.executed.get(k) for k in keys)
@@ -148,9 +165,10 @@ def _time(finalists: list[Candidate], feed: dict) -> None:
         c.latency_ms = statistics.median(m)
 
 
-def record(pick: Candidate, why: str, made: list[Candidate], optimize: str) -> dict:
-    """The artifact's `int8_types`: the pair kept, why, and every candidate measured."""
-    out = asdict(pick.pair) | {"why": why, "optimize": optimize}
+def record(pick: Candidate, why: str, made: list[Candidate], optimize: str, timed: dict | None = None) -> dict:
+    """The artifact's `int8_types`: the pair kept, why, every candidate measured and, where it was timed
+    against the float model (`against_float`), that comparison."""
+    out = asdict(pick.pair) | {"why": why, "optimize": optimize} | ({"against_fp32": timed} if timed else {})
     if len(made) > 1:
         out["candidates"] = [c.to_json(c is pick) for c in made]
     return out

@@ -154,13 +154,14 @@ class OnnxQuantize(Converter):
             feeds = list(iter(reader.get_next, None))[:onnx_int8_types.SAMPLES]
             try:
                 pick, why = onnx_int8_types.choose(made, prepared, feeds, ctx.spec.optimize)
+                timed = onnx_int8_types.against_float(pick, prepared, feeds[0]) if ctx.spec.optimize == "latency" else None
             except Exception as e:  # noqa: BLE001 - every candidate is a valid model: keep the first, say why
-                pick, why = made[0], (f"the first pair this CPU runs: the candidates could not be measured "
-                                      f"({type(e).__name__}: {first_line(str(e))[:160]})")
+                pick, why, timed = made[0], (f"the first pair this CPU runs: the candidates could not be measured "
+                                             f"({type(e).__name__}: {first_line(str(e))[:160]})"), None
             shutil.move(pick.path, out_path)
             for c in made:
                 c.path.unlink(missing_ok=True)
-        record = onnx_int8_types.record(pick, why, made, ctx.spec.optimize)
+        record = onnx_int8_types.record(pick, why, made, ctx.spec.optimize, timed)
         if ctx.reuse is not None:
             shared["int8 types"] = (pick.pair, record)
         return record

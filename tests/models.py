@@ -242,20 +242,26 @@ def rare_highlights() -> nn.Module:
 
 class ConvSiluConv(nn.Module):
     """conv → SiLU → conv → ReLU on photo crops: ONNX Runtime fuses a QDQ conv into its int8 kernel only
-    where a QuantizeLinear follows it directly, and a SiLU (Sigmoid and Mul) after the first leaves it float."""
+    where a QuantizeLinear follows it directly, and a SiLU (Sigmoid and Mul) after the first leaves it float.
+    With `act` hardsigmoid: an activation ONNX Runtime has no int8 kernel for."""
 
-    def __init__(self) -> None:
+    def __init__(self, act=nn.functional.silu) -> None:
         super().__init__()
         torch.manual_seed(2)
         self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
         self.conv2 = nn.Conv2d(16, 16, 3, padding=1)
+        self.act = act
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.conv2(nn.functional.silu(self.conv1(x))))
+        return torch.relu(self.conv2(self.act(self.conv1(x))))
 
 
 def conv_silu_conv() -> nn.Module:
     return ConvSiluConv().eval()
+
+
+def conv_hardsigmoid_conv() -> nn.Module:
+    return ConvSiluConv(nn.functional.hardsigmoid).eval()
 
 
 def photo_crops(n: int, seed: int, size: int = 64) -> np.ndarray:

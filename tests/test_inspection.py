@@ -243,6 +243,29 @@ def test_edgekit_quantizes_onnx_in_the_types_onnx_runtime_fuses_on_this_cpu(tmp_
     assert chosen["int8_compute_share_as_run"] > other["int8_compute_share_as_run"]
     assert abs(chosen["sqnr_db"] - other["sqnr_db"]) < 1.0
     assert "int8 types: uint8 activations × int8 weights, ONNX Runtime runs the most compute ops" in p.stderr
+    assert "against_fp32" not in types  # every compute op runs an int8 kernel: nothing to time against float
+
+
+def test_an_onnx_activation_without_an_int8_kernel_is_timed_against_the_float_model(tmp_path):
+    """conv → hardsigmoid → conv: ONNX Runtime has no int8 HardSigmoid, so the int8 model is timed against the
+    float one it came from; the JSON records both latencies and the op, and `convert` says so where int8 is not
+    faster."""
+    from tests.conftest import run_cli
+    from tests.models import photo_crops
+
+    np.savez(tmp_path / "calib.npz", x=photo_crops(16, 0, 32))
+    p = run_cli("convert", "tests.models:conv_hardsigmoid_conv", "--input-shape", "x=1,3,32,32", "-t", "onnx", "--int8",
+                "--calib", tmp_path / "calib.npz", "-o", tmp_path / "out", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    [artifact] = json.loads(p.stdout)["artifacts"]
+    assert artifact["verification"]["inspection"]["executed"]["float_ops"] == ["HardSigmoid ×1 (qdq_float)"]
+    timed = artifact["int8_types"]["against_fp32"]
+    assert timed["float_ops"] == ["HardSigmoid ×1 (qdq_float)"] and timed["int8_ms"] > 0 and timed["fp32_ms"] > 0
+    assert timed["vs_fp32"] == pytest.approx(timed["int8_ms"] / timed["fp32_ms"], rel=0.01)
+    said = "runs {:.2f}× the float model's latency".format(timed["vs_fp32"]) in p.stderr
+    assert said == (timed["vs_fp32"] >= 1), p.stderr[-1500:]
+    if said:
+        assert "HardSigmoid ×1 (qdq_float) have no int8 kernel there" in p.stderr and "-p fp32" in p.stderr
 
 
 def test_int8_onnx_dynamic(onnx_int8):

@@ -183,6 +183,12 @@ def render_result(result, console: Console | None) -> None:
         if types and types.get("candidates"):
             console.print(f"    [dim]int8 types: {types['activations']} activations × {types['weights']} weights, "
                           f"{escape(types['why'])}[/dim]")
+        timed = (types or {}).get("against_fp32")
+        if timed and timed["vs_fp32"] >= 1:
+            console.print(f"    [yellow]note:[/yellow] this int8 model runs {timed['vs_fp32']:.2f}× the float model's latency "
+                          f"in ONNX Runtime on this CPU ({timed['int8_ms']:.3g} vs {timed['fp32_ms']:.3g} ms, 1 thread): "
+                          f"{escape(', '.join(timed['float_ops'][:4]))} have no int8 kernel there and run float between "
+                          f"dequantize and quantize; for latency keep the fp32 artifact (-p fp32), this one for size")
         if meta.search:
             _render_search(meta.search, console)
         second = r.verdict.second_size
