@@ -280,6 +280,7 @@ def test_int8_onnx_dynamic(onnx_int8):
 def test_int8_pte_xnnpack(pte_int8):
     r = inspect_artifact("pte", pte_int8["xnnpack"])
     _check_static_int8(r)
+    assert r.executed["delegate_partitions"] == 1 and r.executed["outside_delegate"] == []
     assert r.int8_compute_share == 1.0
     assert r.op_counts["xnnpack:XNNConv2d"] == 1 and r.op_counts["xnnpack:XNNFullyConnected"] == 2
     assert r.io_dtypes["inputs"] == ["float32"] and "XnnpackBackend" in r.delegated
@@ -293,6 +294,13 @@ def test_undelegated_int8_pte_is_caught(pte_int8):
     assert r.delegated == {}
     assert "aten::convolution ×2 (qdq_float)" in r.float_ops and "aten::addmm ×2 (qdq_float)" in r.float_ops
     assert any("XnnpackPartitioner" in n for n in r.notes)
+    ran = r.executed  # what the runtime runs: every compute op in a portable kernel, no delegate
+    assert ran["delegate_partitions"] == 0 and ran["int8_compute_share"] == 0
+    assert "aten::convolution ×2 (qdq_float)" in ran["outside_delegate"]
+    from edgekit.features.bench import slow_int8_reasons
+
+    assert "run outside the XNNPACK delegate, in the runtime's own kernels, and nothing runs in the delegate" in \
+        " ".join(slow_int8_reasons(r))
 
 
 def test_to_json_is_plain_json_and_reads_back(pte_int8, fp32, onnx_int8):

@@ -233,9 +233,10 @@ def slow_int8_reasons(ins: Inspection) -> list[str]:
                        f"ops have no int8 kernel there and run float between dequantize and quantize: "
                        f"{', '.join(ran['float_ops'][:SHOWN])}")
     if ran and ran.get("outside_delegate"):
+        parts = ran["delegate_partitions"]
         reasons.append(f"as {ran['runtime'].split(',')[0]} runs it, {', '.join(ran['outside_delegate'][:SHOWN])} run outside "
-                       f"the XNNPACK delegate, in the interpreter's own kernels, splitting it into "
-                       f"{ran['delegate_partitions']} parts")
+                       f"the XNNPACK delegate, in the runtime's own kernels, "
+                       + (f"splitting it into {parts} parts" if parts else "and nothing runs in the delegate"))
     if ins.format == "tflite":
         switches = {op: n for op, n in ins.op_counts.items() if QDQ_OPS.match(op)}
         if switches:
@@ -244,11 +245,6 @@ def slow_int8_reasons(ins: Inspection) -> list[str]:
     unfused = [o for o in ins.ops if o.mode == "qdq_float"]
     if unfused:
         reasons.append(f"{len(unfused)} ops run as float kernels between quantize/dequantize pairs left unfused")
-    if ins.delegated is not None:
-        outside = [o for o in ins.ops if not o.where.startswith(tuple(ins.delegated) + ("xnnpack",))]
-        if outside:
-            kinds = sorted({o.type.split("::")[-1] for o in outside})
-            reasons.append(f"{len(outside)} compute ops run outside the delegate ({', '.join(kinds[:SHOWN])})")
     if ins.float_ops:
         reasons.append("float ops between int8 ones: " + ", ".join(ins.float_ops[:SHOWN])
                        + (f" and {len(ins.float_ops) - SHOWN} more" if len(ins.float_ops) > SHOWN else ""))

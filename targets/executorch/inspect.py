@@ -17,7 +17,7 @@ import re
 import tempfile
 
 from edgekit.core.inspection import INT8_FAMILY, Inspection, OpInfo
-from edgekit.targets.inspection import build, io_entry
+from edgekit.targets.inspection import build, executed_view, io_entry
 
 DATA_OPS = frozenset({
     "aten::view_copy", "aten::permute_copy", "aten::clone", "aten::squeeze_copy", "aten::unsqueeze_copy",
@@ -137,8 +137,20 @@ def inspect(path: str) -> Inspection:
     if any(o.mode == "qdq_float" for o in ops):
         notes.append("quantize/dequantize run as portable kernels around float ops: int8 weights, float compute "
                      "(lower with XnnpackPartitioner to get int8 kernels)")
+    ran = executed(ops, delegated) if any(o.mode in ("int8", "int16", "qdq_float") for o in ops) else None
     return build("pte", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io,
-                 delegated=delegated, notes=notes, io_shapes=shapes)
+                 delegated=delegated, notes=notes, io_shapes=shapes, executed=ran)
+
+
+def executed(ops: list[OpInfo], delegated: dict) -> dict:
+    """What the ExecuTorch runtime runs of a quantized program: the program as saved (it rewrites nothing when
+    it loads one), the XNNPACK delegate's calls (`delegate_partitions`) and the compute ops left to portable
+    kernels between them (`outside_delegate`, by type and mode)."""
+    inside = tuple(delegated) + ("xnnpack",)
+    kinds = collections.Counter((o.type, o.mode) for o in ops if not o.where.startswith(inside))
+    return executed_view("pte", "ExecuTorch runtime, XNNPACK delegate", ops,
+                         delegate_partitions=delegated.get("XnnpackBackend", {}).get("calls", 0),
+                         outside_delegate=[f"{ty} ×{n} ({mode})" for (ty, mode), n in kinds.most_common()])
 
 
 def _io_shape(value, name: str, notes: list) -> dict:
