@@ -113,9 +113,13 @@ def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic
 
 # What each backend's kernels take: TFLite runs BATCH_MATMUL in int8 and FULLY_CONNECTED on any
 # rank, and a SiLU in int8 only as LOGISTIC and MUL; XNNPACK's bmm is float only and its static int8
-# linear needs a 2-D input.
-BACKENDS = {"tflite": dict(matmul_int8=True, linears_2d=False, gates_int8=True),
-            "xnnpack": dict(matmul_int8=False, linears_2d=True)}
+# linear needs a 2-D input. ExecuTorch's XNNPACK delegate runs hardswish, div and sigmoid in float only,
+# between converts, and fuses a relu into an add, not a clamp: its hardsigmoid (add, clamp, div) becomes
+# int8 spelled out; a hardswish spelled out in four int8 ops runs slower than its one float op, and a SiLU
+# keeps a float sigmoid either way.
+BACKENDS = {"tflite": dict(matmul_int8=True, linears_2d=False, gates_int8=("silu", "hardsigmoid", "hardswish")),
+            "xnnpack": dict(matmul_int8=False, linears_2d=True, gates_int8=("hardsigmoid",),
+                            add_fuses_clamp=False)}
 
 
 def edgekit_quantizer(backend, get_config: Callable[..., Any], kind: str, float_layers: tuple[str, ...] = ()):

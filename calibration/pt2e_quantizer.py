@@ -31,14 +31,15 @@ quantize something that must stay exact. What it adds, and why:
   variance): they span the square of the signal's dynamic range.
 - **A cat of very different ranges stays float** (a detector's pixel boxes beside its class
   scores), where the backends would give all its inputs one scale.
-- **Gates in ops LiteRT runs int8 in XNNPACK** (`gates_int8=True`). Its converter lowers SiLU to LOGISTIC
+- **Gates in ops XNNPACK runs int8** (`gates_int8`, the gates to spell out). Its converter lowers SiLU to LOGISTIC
   and MUL, and hardsigmoid (a squeeze-and-excite gate) to ADD and MUL, in float between a DEQUANTIZE and a
   QUANTIZE: nothing observes the value between the two. Hardswish becomes an int8 HARD_SWISH, which
   LiteRT's XNNPACK delegate does not take: each one splits the delegated graph and runs in the
   interpreter's own kernel. SiLU is written x · sigmoid(x) and the product annotated (the sigmoid is the
   backend's, with its fixed output range); hardsigmoid is written clamp(x + 3, 0, 6) · 1/6, each step
   annotated, and hardswish x · hardsigmoid(x). The values are the same, and each op becomes an int8
-  kernel XNNPACK runs.
+  kernel XNNPACK runs. ExecuTorch's XNNPACK delegate runs hardsigmoid's div in float, between converts:
+  there hardsigmoid alone is spelled out (its hardswish, one float op, is faster than four int8 ones).
 - **Linears on N-D inputs become 2-D** for XNNPACK (`linears_2d=True`), which cannot build a
   static int8 linear on a 3-D input.
 """
@@ -93,7 +94,7 @@ class EdgeQuantizer:
     """
 
     def __init__(self, backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool,
-                 gates_int8: bool = False, float_layers: tuple[str, ...] = ()):
+                 gates_int8: tuple[str, ...] = (), add_fuses_clamp: bool = True, float_layers: tuple[str, ...] = ()):
         self.backend = backend
         self.float_layers = float_layers  # module paths kept float (a QuantSpec's overrides)
         self.config = backend.global_config
@@ -101,7 +102,8 @@ class EdgeQuantizer:
         self.keep_float: set[str] = set()  # node names that stay float (pt2e.quantize sets them)
         self.matmul_int8 = matmul_int8
         self.linears_2d = linears_2d
-        self.gates_int8 = gates_int8
+        self.gates_int8 = gates_int8  # the gate ops spelled out in int8 steps: "silu", "hardsigmoid", "hardswish"
+        self.add_fuses_clamp = add_fuses_clamp  # the lowering fuses add → clamp into one int8 kernel
 
     def transform_for_annotation(self, model):
         """The graph rewritten in place before anything is annotated (scalar clamps as hardtanh, integer scalars
@@ -111,7 +113,7 @@ class EdgeQuantizer:
         if self.linears_2d:
             _linears_2d(model)
         if self.gates_int8:
-            _gates_spelled_out(model)
+            _gates_spelled_out(model, self.gates_int8)
         return self.backend.transform_for_annotation(model)
 
     def annotate(self, model):
@@ -120,11 +122,11 @@ class EdgeQuantizer:
         dynamic = self.config.input_activation is not None and self.config.input_activation.is_dynamic
         _annotate_embeddings(model, self.config)
         if not dynamic:
-            _annotate_fused_clamps(model, self.config)
+            _annotate_fused_clamps(model, self.config, self.add_fuses_clamp)
             if self.matmul_int8:
                 _annotate_matmuls(model, self.config)
             if self.gates_int8:
-                _annotate_gates(model, self.config)
+                _annotate_gates(model, self.config, self.add_fuses_clamp)
         self.backend.annotate(model)
         _unquantize_integer_derived(model)
         if not dynamic:
@@ -144,8 +146,8 @@ class EdgeQuantizer:
         self.backend.validate(model)
 
 
-def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool, gates_int8: bool = False,
-         float_layers: tuple[str, ...] = ()):
+def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool, gates_int8: tuple[str, ...] = (),
+         add_fuses_clamp: bool = True, float_layers: tuple[str, ...] = ()):
     """An `EdgeQuantizer` that is also a torchao `Quantizer` (what prepare_pt2e takes)."""
     from torchao.quantization.pt2e.quantizer import Quantizer
 
@@ -153,7 +155,7 @@ def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bo
         def __init__(self):
             Quantizer.__init__(self)
             EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8, linears_2d=linears_2d,
-                                   gates_int8=gates_int8, float_layers=float_layers)
+                                   gates_int8=gates_int8, add_fuses_clamp=add_fuses_clamp, float_layers=float_layers)
 
     return _Quantizer()
 
@@ -206,16 +208,16 @@ def _clamps_to_hardtanh(model) -> None:
         model.recompile()
 
 
-def _gates_spelled_out(model) -> None:
-    """silu(x) as mul(x, sigmoid(x)), hardsigmoid(x) as mul(hardtanh(add(x, 3), 0, 6), 1/6) and hardswish(x) as
-    mul(x, hardsigmoid(x)) so written: the same values, in ops the backend quantizes one by one."""
+def _gates_spelled_out(model, gates: tuple[str, ...]) -> None:
+    """Of `gates`: silu(x) as mul(x, sigmoid(x)), hardsigmoid(x) as mul(hardtanh(add(x, 3), 0, 6), 1/6) and
+    hardswish(x) as mul(x, hardsigmoid(x)) so written: the same values, in ops the backend quantizes one by one."""
     import torch
 
     aten = torch.ops.aten
     changed = False
     for node in list(model.graph.nodes):
         name = _name(node)
-        if name.split(".")[0].rstrip("_") not in ("silu", "hardsigmoid", "hardswish") or not _is_float(node.args[0]):
+        if name.split(".")[0].rstrip("_") not in gates or not _is_float(node.args[0]):
             continue
         x = node.args[0]
         with model.graph.inserting_before(node):
@@ -324,14 +326,16 @@ def _annotate_embeddings(model, config) -> None:
             _set(node, {node.args[0]: spec})
 
 
-def _annotate_fused_clamps(model, config) -> None:
-    """conv/linear/add → hardtanh as one unit: inputs on the producer, output on the clamp."""
+def _annotate_fused_clamps(model, config, add_fuses_clamp: bool) -> None:
+    """conv/linear/add → hardtanh as one unit: inputs on the producer, output on the clamp (an add only where
+    the backend's lowering fuses the clamp into it)."""
     act, weight, bias = config.input_activation, config.weight, config.bias
     for clamp in model.graph.nodes:
         if _name(clamp) not in _CLAMPS:
             continue
         producer = clamp.args[0]
-        if not hasattr(producer, "op") or _name(producer) not in _CLAMP_PRODUCERS or len(producer.users) != 1:
+        if not hasattr(producer, "op") or _name(producer) not in _CLAMP_PRODUCERS or len(producer.users) != 1 \
+                or (_name(producer) == "add.Tensor" and not add_fuses_clamp):
             continue
         inputs = {}
         if _name(producer) == "add.Tensor":
@@ -355,10 +359,11 @@ def _annotate_fused_clamps(model, config) -> None:
             _set(n, {})
 
 
-def _annotate_gates(model, config) -> None:
+def _annotate_gates(model, config, add_fuses_clamp: bool) -> None:
     """The gates _gates_spelled_out wrote: x · sigmoid(x) as the product of two int8 values (the sigmoid is the
-    backend's: a fixed output range); clamp(x + 3, 0, 6) · 1/6 with the add and clamp one unit, then the product
-    (the constants, after the backend made them tensors, quantized as the activations beside them)."""
+    backend's: a fixed output range); clamp(x + 3, 0, 6) · 1/6 with the add and clamp one unit where the backend
+    fuses them (else each int8), then the product (the constants, after the backend made them tensors,
+    quantized as the activations beside them)."""
     act, out = config.input_activation, config.output_activation
     for node in model.graph.nodes:
         if _name(node) != "mul.Tensor" or _annotated([node]) or len(node.args) < 2:
@@ -372,8 +377,8 @@ def _annotate_gates(model, config) -> None:
             add = first.args[0]
             if _name(add) == "add.Tensor" and len(add.users) == 1 and add.args[1].op == "get_attr" \
                     and _is_float(add.args[0]) and not _annotated([add, first]):
-                _set(add, {add.args[0]: act, add.args[1]: act})
-                _set(first, {}, out)
+                _set(add, {add.args[0]: act, add.args[1]: act}, None if add_fuses_clamp else out)
+                _set(first, {} if add_fuses_clamp else {add: act}, out)
                 _set(node, {first: act, second: act}, out)
 
 

@@ -43,6 +43,12 @@ def test_mobilenet_int8_is_small_really_int8_and_accurate(tmp_path_factory, mobi
     assert tflite.float_ops == () and tflite.executed["outside_delegate"] == [], tflite.executed
     assert tflite.executed["delegate_partitions"] == 1
     assert int8["onnx"].verdict.inspection.executed["int8_heavy_op_share"] == 1.0
+    # ExecuTorch: one delegate call, nothing outside it; the hardsigmoid gates' add, clamp and div (float-only in
+    # its XNNPACK delegate) spelled as int8 add, clamp and mul; hardswish and SiLU's sigmoid stay XNNPACK's float
+    pte = int8["executorch"].verdict.inspection.executed
+    assert pte["delegate_partitions"] == 1 and pte["outside_delegate"] == [], pte
+    floats = {f.split(" ×")[0] for f in pte["float_ops"]}
+    assert floats <= {"xnnpack:XNNHardswish", "xnnpack:XNNSigmoid", "xnnpack:XNNMultiply"}, pte["float_ops"]
 
 
 @pytest.mark.parametrize("target", ["tflite", "onnx"])
