@@ -119,7 +119,7 @@ def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic
 # keeps a float sigmoid either way.
 BACKENDS = {"tflite": dict(matmul_int8=True, linears_2d=False, gates_int8=("silu", "hardsigmoid", "hardswish")),
             "xnnpack": dict(matmul_int8=False, linears_2d=True, gates_int8=("hardsigmoid",),
-                            add_fuses_clamp=False)}
+                            add_fuses_clamp=False, tables_uint8=True)}
 
 
 def edgekit_quantizer(backend, get_config: Callable[..., Any], kind: str, float_layers: tuple[str, ...] = ()):

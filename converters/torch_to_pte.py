@@ -161,9 +161,10 @@ def _xnnpack():
 
 
 def _backend_config(precision: str):
-    """What runs outside XNNPACK at int8 (an int8 embedding table) becomes ExecuTorch's quantized
-    kernels: dequantize → embedding fuses into one int8 lookup (QuantFusionPass); the import
-    registers the kernels' out variants."""
+    """What runs outside XNNPACK at int8 (an embedding table, uint8 per row with float zero points as
+    edgekit's quantizer annotates it for this backend) becomes ExecuTorch's quantized kernels:
+    dequantize → embedding fuses into one lookup of the rows it needs (QuantFusionPass →
+    embedding_byte); the import registers the kernels' out variants."""
     from executorch.exir import ExecutorchBackendConfig
 
     if precision not in ("int8", "int8-dynamic"):

@@ -71,7 +71,13 @@ def test_a_pte_declares_the_kernel_library_it_needs_and_is_verified_with_it(int8
     assert a["verification"]["status"] == "pass"
     [need] = a["verification"]["inspection"]["runtime_needs"]
     assert need["id"] == "executorch-quantized-kernels"
-    assert need["ops"] == ["quantized_decomposed::dequantize_per_channel"]
+    # the table is looked up by ExecuTorch's own int8 kernel, a row at a time (uint8 with a zero point per row),
+    # not dequantized whole on every call and then indexed
+    assert need["ops"] == ["quantized_decomposed::embedding_byte"]
+    ran = a["verification"]["inspection"]["executed"]
+    assert "quantized_decomposed::embedding_byte ×1 (weight_only)" in ran["outside_delegate"], ran
+    assert not any(f.startswith("aten::embedding") for f in ran["float_ops"]), ran
+    assert "uint8" in a["verification"]["inspection"]["weight_bytes_by_dtype"]
 
     inspected = run_cli("inspect", a["path"], "--json")
     assert inspected.returncode == 0, inspected.stderr

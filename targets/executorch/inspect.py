@@ -43,6 +43,8 @@ XNN_DYNAMIC_ACT = frozenset({"qdint8", "qpint8"})  # float activations quantized
 XNN_DATA_NODES = frozenset({"XNNStaticReshape", "XNNStaticTranspose", "XNNConvert", "XNNCopy", "XNNConcatenate2",
                             "XNNConcatenate3", "XNNConcatenate4", "XNNConcatenate5", "XNNStaticSlice",
                             "XNNStaticConstantPad"})
+LOOKUPS = ("quantized_decomposed::embedding_byte", "quantized_decomposed::embedding_4bit",
+           "quantized_decomposed::embedding_2bit")
 XNN_NO_VALUE = 0xFFFFFFFF  # "no input" (e.g. bias_id); value id 0 is a real value
 
 
@@ -105,6 +107,9 @@ def inspect(path: str) -> Inspection:
                 inputs = [t for t in targs if t in defined]
                 outputs = [t for t in targs if t not in defined]  # out-variant args not seen before
                 defined.update(outputs)
+                if ty.startswith(LOOKUPS):  # ExecuTorch's own int8 table lookup: int8 weights, float rows out
+                    ops.append(OpInfo(ty, "weight_only", where))
+                    continue
                 if "quantize" in ty or "choose_qparams" in ty:
                     qparams.update(t for t in inputs[1:] if t in consts)
                     if "dequantize" in ty and inputs:
