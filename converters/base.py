@@ -65,6 +65,7 @@ class ConvertContext:
     calibration: "SampleSet | None" = None
     spec: QuantSpec = QuantSpec()  # its method is a concrete one, never "auto"
     reuse: Reuse | None = None  # shared with the run's other conversions of this target, if any
+    ort_platform: str = "arm"  # the CPU an .ort is laid out for (edgekit.core.formats.ORT_PLATFORMS)
 
 
 class Converter:

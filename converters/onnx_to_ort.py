@@ -8,8 +8,11 @@ in-process with:
   mobile build then runs the file as is. The Runtime style only pays off with NNAPI/CoreML, whose
   partitioning is unknown at conversion time, and needs a session option to replay its
   optimizations; the checker's NNAPI/CoreML verdict is recorded so a user can tell when to prefer it.
-- `target_platform="arm"`: the file is for phones, so ONNX Runtime keeps int8 QDQ groups signed
-  (`session.qdqisint8allowed=1`) and leaves out the x86-only NCHWc layout.
+- `target_platform="arm"` by default (`--ort-platform arm`): the file is for phones, so ONNX Runtime keeps
+  int8 QDQ groups signed (`session.qdqisint8allowed=1`) and leaves out the x86-only NCHWc layout.
+  `--ort-platform x86` lays it out for x86-64 instead (amd64: int8 as the uint8 its x86 kernels take,
+  the NCHWc layout). The choice is written into the file's metadata (`edgekit.ort_platform`), where
+  `inspect` and `bench` read it: an ARM-laid-out .ort timed on an x86 host is said to be so.
 - optimization level `all`, except for fp16 models: at `all`, ONNX Runtime's x86 CPU kernels (no
   fp16 convolution) make it fold the fp16 weights into float32 ones, so the file would double.
   fp16 uses level `layout` instead, which keeps fp16 weights (and the Casts the CPU EP inserts).
@@ -46,13 +49,12 @@ from pathlib import Path
 from edgekit.core import io_params
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import ConversionFailed
-from edgekit.core.formats import ORT_CONFIG_SUFFIX, onnx_files
+from edgekit.core.formats import ORT_CONFIG_SUFFIX, ORT_PLATFORM_KEY, ORT_PLATFORMS, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.targets.ort.inspect import _fbs
 
 
 OPTIMIZATION_STYLE = "Fixed"
-TARGET_PLATFORM = "arm"
 LEVEL_ENV = "ORT_CONVERT_ONNX_MODELS_TO_ORT_OPTIMIZATION_LEVEL"  # the tool's only way to set the level
 PACKAGES = "onnxruntime-android / onnxruntime-c / onnxruntime-objc"
 COREML_FORMATS = {"coreml_mlprogram": "coreml_supported_mlprogram_ops.md",
@@ -82,8 +84,8 @@ class OnnxToOrt(Converter):
         required-operators config and any integer-I/O sidecar; the mobile-package verdict goes in the meta."""
         level = "layout" if precision == "fp16" else "all"
         work = ctx.work_dir / f"{out_path.stem}.ort-tool"
-        model = _tool_input(src, work / "in")
-        ort_file, config = _convert(model, work / "out", level)
+        model = _tool_input(src, work / "in", ctx.ort_platform)
+        ort_file, config = _convert(model, work / "out", level, ORT_PLATFORMS[ctx.ort_platform])
         canonical = canonical_ort(ort_file.read_bytes())
         if canonical is not None:
             ort_file.write_bytes(canonical)
@@ -97,32 +99,39 @@ class OnnxToOrt(Converter):
         mobile = mobile_package(model, config_path)
         shutil.rmtree(work, ignore_errors=True)
         meta = ArtifactMeta(mobile_package=mobile, ort_format={
-            "optimization_style": OPTIMIZATION_STYLE, "optimization_level": level, "target_platform": TARGET_PLATFORM,
+            "optimization_style": OPTIMIZATION_STYLE, "optimization_level": level,
+            "target_platform": ORT_PLATFORMS[ctx.ort_platform],
             "canonical_layout": canonical is not None})
         return ModelArtifact("ort", str(out_path), src.signature, precision, files=tuple(files), meta=meta)
 
 
-def _tool_input(src: ModelArtifact, folder: Path) -> Path:
-    """The ONNX file to hand the tool: the model itself, unless the tool would skip its name.
+def _tool_input(src: ModelArtifact, folder: Path, platform: str) -> Path:
+    """The ONNX file to hand the tool: the model with `platform` in its metadata (ORT_PLATFORM_KEY), as model.onnx
+    in a private folder (the tool ignores files named *.optimized.onnx, its own by-products), its
+    external-data files linked at the same relative places."""
+    import onnx
 
-    The tool ignores files named *.optimized.onnx (its own by-products); such a model is linked into
-    a private folder as model.onnx, its external-data files at the same relative places.
-    """
     model = Path(src.path)
-    if not model.name.lower().endswith(".optimized.onnx"):
-        return model
     staged = folder / "model.onnx"
+    proto = onnx.load(str(model), load_external_data=False)
+    kept = [p for p in proto.metadata_props if p.key != ORT_PLATFORM_KEY]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept + [onnx.StringStringEntryProto(key=ORT_PLATFORM_KEY, value=platform)])
     for f in onnx_files(model):
         rel = Path(os.path.relpath(f, model.parent))
         if rel.parts[0] == "..":
             raise ConversionFailed(f"{model.name} keeps external data outside its folder ({rel})",
-                                   converter=OnnxToOrt.name, fix="rename the model so it does not end in .optimized.onnx")
-        dest = staged if Path(f) == model else folder / rel
+                                   converter=OnnxToOrt.name, fix="save the model with its external data beside it")
+        if Path(f) == model:
+            continue
+        dest = folder / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.link(f, dest)
         except OSError:
             shutil.copy2(f, dest)
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(proto, str(staged))
     return staged
 
 
@@ -142,15 +151,16 @@ def _quiet_tool():
         yield
 
 
-def _convert(model: Path, out_dir: Path, level: str) -> tuple[Path, Path]:
-    """Run onnxruntime's converter on one model; returns the .ort and its required-operators config."""
+def _convert(model: Path, out_dir: Path, level: str, platform: str) -> tuple[Path, Path]:
+    """Run onnxruntime's converter on one model for `platform` (its target_platform); returns the .ort and its
+    required-operators config."""
     with _quiet_tool():
         from onnxruntime.tools.convert_onnx_models_to_ort import OptimizationStyle, convert_onnx_models_to_ort
 
         saved = os.environ.get(LEVEL_ENV)
         os.environ[LEVEL_ENV] = level
         try:
-            convert_onnx_models_to_ort(model, output_dir=out_dir, target_platform=TARGET_PLATFORM,
+            convert_onnx_models_to_ort(model, output_dir=out_dir, target_platform=platform,
                                        optimization_styles=[OptimizationStyle[OPTIMIZATION_STYLE]])
         finally:
             if saved is None:

@@ -131,3 +131,26 @@ def test_onnx_and_ort_at_int8_share_one_export_and_one_calibration(tmp_path):
     assert [(r["converter"], r["precision"], r["built_for"]) for r in ort["reused"]] == [
         ("torch_to_onnx", "fp32", "onnx"), ("onnx_quantize", "int8", "onnx")]
     assert ort["verification"]["status"] == "pass"
+
+
+def test_the_cpu_an_ort_is_laid_out_for_is_a_named_choice_and_bench_says_which_it_timed(fp32, tmp_path):
+    """`--ort-platform arm` (the default, for phones) or `x86`: recorded in the JSON and inside the .ort, where
+    `inspect` reads it, and `bench` warns when it times a file laid out for the other kind of CPU than the
+    host's (an ARM file's fp32 runs without the x86 layout here: its ratio to int8 is not a phone's)."""
+    from edgekit.features.bench import host_cpu_kind
+    from edgekit.targets.ort.inspect import laid_out_for
+
+    assert fp32.artifact.meta.ort_format["target_platform"] == "arm" and laid_out_for(fp32.artifact.path) == "arm"
+    proc = run_cli("convert", DIGITS, "-t", "ort", "--ort-platform", "x86", "--eval", DIGITS_EVAL,
+                   "-o", tmp_path / "x86", "--json", "--no-cache")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [x86] = json.loads(proc.stdout)["artifacts"]
+    assert x86["verification"]["status"] == "pass" and laid_out_for(x86["path"]) == "x86"
+    assert any(n.startswith("laid out for x86 CPUs") for n in x86["verification"]["inspection"]["notes"])
+    for path, made_for in ((fp32.artifact.path, "arm"), (x86["path"], "x86")):
+        timed = run_cli("bench", path, "--threads", "1", "--min-seconds", "0.05", "--json")
+        assert timed.returncode == 0, timed.stderr[-2000:]
+        warned = [w for w in json.loads(timed.stdout)["warnings"] if f"is laid out for {made_for} CPUs" in w]
+        assert bool(warned) == (host_cpu_kind() not in (None, made_for)), (made_for, warned)
+    bad = run_cli("convert", DIGITS, "-t", "ort", "--ort-platform", "mips", "-o", tmp_path / "bad")
+    assert bad.returncode == 2 and "unknown --ort-platform 'mips'" in bad.stderr and "arm, x86" in bad.stderr

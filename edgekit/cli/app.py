@@ -105,6 +105,7 @@ def convert(
     int16_stem: Annotated[bool, typer.Option("--int16-stem", help="int8 (onnx, ort): int16 activations (a16w8, weights int8) wherever the feature maps are at least a quarter of the input's height and width, for models whose fine early detail decides their outputs; slower than int8 there.")] = False,
     int16_activations: Annotated[bool, typer.Option("--int16-activations", help="int8 (onnx, ort): int16 activations everywhere (a16w8: weights int8, the same size), for models whose int8 activations lose too much wherever they are; onnxruntime runs its int16 layers in float, so not faster than fp32.")] = False,
     optimize: Annotated[str, typer.Option("--optimize", help="int8: where the target has more than one valid int8 form (onnx, ort: the activation and weight integer types), keep the fastest on this host (latency; within 1 dB of the most accurate on the calibration samples), the smallest (size) or the most accurate (accuracy). Each candidate's figures are in the JSON (int8_types).")] = "latency",
+    ort_platform: Annotated[str, typer.Option("--ort-platform", help="ort: the CPU the .ort is laid out for: arm (phones; int8 groups kept signed, no x86-only layout) or x86 (int8 as the uint8 x86 kernels take, the NCHWc layout). Timed on a host of the other kind, it does not run as it would on its own; bench says so.")] = "arm",
     calib_preprocess: Annotated[Optional[str], typer.Option("--calib-preprocess", help="For image folders: size=HxW,scale=1/255,mean=..,std=..,layout=NCHW,color=gray")] = None,
     eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs (and optional 'labels') to verify on.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Write the JSON report to stdout; human output to stderr.")] = False,
@@ -137,7 +138,8 @@ def convert(
         calib_preprocess=calib_preprocess, calib_method=calib_method, eval_data=eval_data, thresholds=threshold,
         output_kinds=output_kind, int8_io=int8_io, bias_correction=bias_correction, smooth_quant=smooth_quant,
         int16_stem=int16_stem, int16_activations=int16_activations, optimize=optimize, granularity=granularity, keep=keep, budgets=budget, min_int8_share=min_int8_share, max_steps=max_steps,
-        attribute_failures=attribution, source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
+        attribute_failures=attribution, ort_platform=ort_platform,
+        source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
                                      str(example_inputs) if example_inputs else None, trust_model_code),
     )
     cache = _cache(no_cache)

@@ -196,6 +196,10 @@ def onnx_files(path: Path) -> tuple[str, ...]:
 
 
 ORT_CONFIG_SUFFIX = ".required_operators.config"  # written beside an .ort: the operators it needs
+# The CPUs an .ort can be laid out for (onnxruntime's convert tool, target_platform): "arm" for phones keeps int8
+# groups signed; "x86" (amd64) converts them to the uint8 its x86 kernels take and may use the NCHWc layout.
+ORT_PLATFORMS = {"arm": "arm", "x86": "amd64"}
+ORT_PLATFORM_KEY = "edgekit.ort_platform"  # the .ort's model metadata entry naming which of them it is for
 IO_SIDECAR_SUFFIX = ".io.json"  # <artifact>.io.json: the integer I/O parameters (edgekit.core.io_params)
 NAME_PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")  # as edgekit names files: <stem>.<precision>.<ext>
 

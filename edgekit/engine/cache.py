@@ -201,6 +201,7 @@ def request_key(plan) -> dict:
         **req.search.to_json(), "thresholds": sorted(plan.thresholds.items()), "precision": req.precision,
         "output_kinds": sorted(req.output_kinds.items()),
         "attribute_failures": req.attribute_failures,  # a failed verdict's note names layers or not
+        "ort_platform": req.ort_platform,
     }
 
 

@@ -109,7 +109,7 @@ class Choosing:
         if not early:
             artifact = self._route(target, route, tmp / _folder(spec), spec, reuse)
             return artifact, self._run(artifact, held_out)[0]
-        ctx = ConvertContext(self.source, tmp, self.calib, spec, reuse)
+        ctx = ConvertContext(self.source, tmp, self.calib, spec, reuse, ort_platform=self.req.ort_platform)
         with captured():
             return None, step.converter().measure(self.source.artifact, ctx, held_out)
 

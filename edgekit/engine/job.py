@@ -121,7 +121,8 @@ class TargetJob(Choosing):
 
     def _route(self, target, route: Route, folder: Path, spec: QuantSpec, reuse: Reuse | None = None,
                calib: SampleSet | None = None) -> ModelArtifact:
-        ctx = ConvertContext(self.source, folder, self.calib if calib is None else calib, spec, reuse)
+        ctx = ConvertContext(self.source, folder, self.calib if calib is None else calib, spec, reuse,
+                             ort_platform=self.req.ort_platform)
         return build(route, ctx, self.stem, lambda msg: self.say(f"{target.name}: {msg}"), self.shared, target.name)
 
     def _refit(self, target, route: Route, tmp: Path, spec: QuantSpec, calibration: CalibrationRecord):

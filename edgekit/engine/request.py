@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from edgekit.calibration.sources import CalibrationSpec
 from edgekit.core.budgets import SearchSpec, parse_budgets
 from edgekit.core.errors import BadInput
+from edgekit.core.formats import ORT_PLATFORMS
 from edgekit.core.quant import Capabilities, Method, QuantSpec, parse_overrides
 from edgekit.core.verify import KINDS, parse_output_kinds, parse_thresholds
 from edgekit.sources.loading import SourceOptions
@@ -31,12 +32,15 @@ class ConvertRequest:
     calibration: CalibrationSpec | None = None
     output_kinds: dict = field(default_factory=dict)  # output name → edgekit.core.verify.KINDS key (--output-kind)
     attribute_failures: bool = False  # a failed int8 verdict names the layers that lose the most (--attribution)
+    ort_platform: str = "arm"  # the CPU an .ort is laid out for (--ort-platform): edgekit.converters.onnx_to_ort
 
     def __post_init__(self):
         if not self.targets:
             raise ValueError("at least one target is needed")
         if self.search.budgets and self.precision != "int8":
             raise BadInput("--budget needs --precision int8 (or --int8): it keeps layers of a static int8 model back")
+        if self.ort_platform not in ORT_PLATFORMS:
+            raise BadInput(f"unknown --ort-platform {self.ort_platform!r}", fix=f"use one of {', '.join(ORT_PLATFORMS)}")
         unknown = {k: v for k, v in self.output_kinds.items() if v not in KINDS}
         if unknown:
             raise BadInput(f"unknown output kind {unknown}", fix=f"use one of {', '.join(KINDS)}")
@@ -85,7 +89,7 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
                   granularity: str = "per-channel",
                   keep: Mapping | Iterable[str] = (), budgets: Mapping | Iterable[str] = (),
                   min_int8_share: float = 0.8, max_steps: int = 8, attribute_failures: bool = False,
-                  source_options: SourceOptions = SourceOptions()) -> ConvertRequest:
+                  ort_platform: str = "arm", source_options: SourceOptions = SourceOptions()) -> ConvertRequest:
     """The request for these options, each as the command line spells it (`keep`, `budgets`,
     `thresholds` and `output_kinds` also as {name: value}); BadInput for any that cannot be used."""
     if int8:
@@ -105,4 +109,4 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
                           search, eval_data=str(eval_data) if eval_data else None,
                           thresholds=parse_thresholds(thresholds), source_options=source_options,
                           calibration=calibration, output_kinds=parse_output_kinds(output_kinds),
-                          attribute_failures=attribute_failures)
+                          attribute_failures=attribute_failures, ort_platform=ort_platform)

@@ -33,6 +33,7 @@ from edgekit.features.report.build import ARTIFACT_FORMATS
 from edgekit.targets import by_format
 from edgekit.core.inspection import Inspection
 from edgekit.targets.inspection import HEAVY_OPS, inspect_artifact
+from edgekit.targets.ort.inspect import laid_out_for
 
 SCHEMA = "edgekit.bench/1"
 LABEL = "host CPU latency"
@@ -165,7 +166,7 @@ def bench(paths, *, threads: tuple[int, ...] | None = None, inputs: str | None =
                                                         "a .ptl needs --input-shape") from None
         measured[str(Path(path).resolve())] = ArtifactLatency(
             str(path), fmt, precision, tuple(got["timings"]), got["peak_rss_bytes"], got["runtime_rss_bytes"],
-            tuple(got["inputs"]), fp32_path, given=given)
+            tuple(got["inputs"]), fp32_path, given=given, warnings=_layout_warning(path, fmt))
     out = []
     for a in measured.values():
         ref = measured.get(str(Path(a.fp32_path).resolve())) if a.fp32_path else None
@@ -194,7 +195,8 @@ def bench_result(req: ConvertRequest, result: ConvertResult, *, threads: tuple[i
     results = list(result.artifacts)
     if req.precision != "fp32":
         twin = ConvertRequest(req.source, req.targets, req.out_dir, eval_data=req.eval_data,
-                              source_options=req.source_options, output_kinds=req.output_kinds)
+                              source_options=req.source_options, output_kinds=req.output_kinds,
+                              ort_platform=req.ort_platform)
         results += convert(twin, progress, cache=cache).artifacts
     failed = tuple(f"{Path(r.artifact.path).name} failed verification: {'; '.join(r.verdict.reasons)}"
                    for r in results if r.verdict.status == Status.FAIL)
@@ -204,17 +206,36 @@ def bench_result(req: ConvertRequest, result: ConvertResult, *, threads: tuple[i
     return BenchReport(report.host, report.artifacts, report.skipped, failed)
 
 
+def host_cpu_kind() -> str | None:
+    """"x86" or "arm" for this host's CPU (the kinds of edgekit.core.formats.ORT_PLATFORMS), else None."""
+    machine = platform.machine().lower()
+    return "x86" if machine in ("x86_64", "amd64", "i686") else "arm" if machine.startswith(("aarch64", "arm")) else None
+
+
+def _layout_warning(path: str, fmt: str) -> tuple[str, ...]:
+    """An .ort laid out for the other kind of CPU than this host's: its timing is not what either CPU sees."""
+    if fmt != "ort":
+        return ()
+    made_for, here = laid_out_for(path), host_cpu_kind()
+    if made_for is None or here is None or made_for == here:
+        return ()
+    return (f"{Path(path).name} is laid out for {made_for} CPUs (--ort-platform {made_for}) and was timed on this "
+            f"{platform.machine()} host, which runs it without that layout: its latency and its ratio to fp32 are "
+            f"not what an {made_for} device sees; convert with --ort-platform {here} to time it as this host runs "
+            f"it, or time this file on the device",)
+
+
 def _with_ratio(a: ArtifactLatency, ref: ArtifactLatency) -> ArtifactLatency:
     ratios = {t["threads"]: t["median_ms"] / ref.median_ms(t["threads"]) for t in a.timings
               if ref.median_ms(t["threads"])}
     slow = {n: r for n, r in ratios.items() if r >= 1.0}
-    warnings = ()
+    warnings = a.warnings
     if slow:
         with reading(a.path, f"the .{a.format} artifact"), captured():
             ins = inspect_artifact(a.format, a.path)
         at = ", ".join(f"{r:.2f}× the fp32 latency at {n} thread{'s' if n > 1 else ''}" for n, r in slow.items())
-        warnings = (f"{Path(a.path).name}: int8 is not faster than fp32 in {a.runtime} ({at}); likely: "
-                    + "; ".join(slow_int8_reasons(ins)),)
+        warnings += (f"{Path(a.path).name}: int8 is not faster than fp32 in {a.runtime} ({at}); likely: "
+                     + "; ".join(slow_int8_reasons(ins)),)
     return ArtifactLatency(a.path, a.format, a.precision, a.timings, a.peak_rss_bytes, a.runtime_rss_bytes, a.inputs,
                            a.fp32_path, ratios, warnings, a.given)
 
@@ -249,9 +270,9 @@ def slow_int8_reasons(ins: Inspection) -> list[str]:
         reasons.append("float ops between int8 ones: " + ", ".join(ins.float_ops[:SHOWN])
                        + (f" and {len(ins.float_ops) - SHOWN} more" if len(ins.float_ops) > SHOWN else ""))
     reasons += [n for n in ins.notes if "may keep them float" in n]
-    if ins.format == "ort" and platform.machine().lower() in ("x86_64", "amd64"):
-        reasons.append("an .ort made for ARM phones (edgekit's are: target_platform arm) keeps int8 groups that "
-                       "ONNX Runtime runs with slower kernels on an x86 host than on a phone")
+    laid_out = [n for n in ins.notes if n.startswith("laid out for ")]
+    if ins.format == "ort" and laid_out and not laid_out[0].startswith(f"laid out for {host_cpu_kind()} "):
+        reasons.append(f"the .ort is {laid_out[0]}")
     if ins.format in ("onnx", "ort") and int8_products_saturate():
         reasons.append("this CPU has no VNNI: ONNX Runtime's int8 products take several instructions each")
     return reasons or ["the file shows no float islands or unfused quantize/dequantize ops: this runtime's int8 "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.core.errors import BadInput
+from edgekit.core.formats import ORT_PLATFORM_KEY
 from edgekit.core.inspection import Inspection
 from edgekit.targets.inspection import build, io_entry
 from edgekit.targets.onnx.inspect import _dtype, op_modes, quantization_params, tensor_bytes, type_quantize_outputs
@@ -53,8 +54,8 @@ def _text(b) -> str:
     return b.decode() if b else ""
 
 
-def read(path: str):
-    """The main graph of the .ort at `path` (an fbs.Graph) and the file's ORT format version."""
+def _model(path: str):
+    """The .ort at `path`'s fbs.Model and the file's ORT format version."""
     fbs = _fbs()
     with open(path, "rb") as f:
         buf = bytearray(f.read())
@@ -62,13 +63,34 @@ def read(path: str):
         raise BadInput(f"{path} is not an ORT format model (no ORTM identifier)",
                        fix="convert it with edgekit convert ... -t ort")
     session = fbs.InferenceSession.InferenceSession.GetRootAsInferenceSession(buf, 0)
-    return session.Model().Graph(), _text(session.OrtVersion())
+    return session.Model(), _text(session.OrtVersion())
+
+
+def read(path: str):
+    """The main graph of the .ort at `path` (an fbs.Graph) and the file's ORT format version."""
+    model, version = _model(path)
+    return model.Graph(), version
+
+
+def laid_out_for(path: str) -> str | None:
+    """The CPU kind ("arm" or "x86") edgekit laid the .ort at `path` out for (its model metadata, written by
+    edgekit.converters.onnx_to_ort); None for an .ort that does not say."""
+    model, _ = _model(path)
+    for j in range(model.MetadataPropsLength()):
+        entry = model.MetadataProps(j)
+        if _text(entry.Key()) == ORT_PLATFORM_KEY:
+            return _text(entry.Value()) or None
+    return None
 
 
 def inspect(path: str) -> Inspection:
     fbs = _fbs()
     graph, format_version = read(path)
     notes = [f"ORT format version {format_version}"] if format_version else []
+    platform = laid_out_for(path)
+    if platform:
+        notes.append(f"laid out for {platform} CPUs (--ort-platform {platform}); timed on a CPU of the other kind "
+                     f"it runs without its own layout")
 
     elem, shape_of = {}, {}  # tensor name -> element type (ORT's TensorDataType values are TensorProto's), its dims
     for j in range(graph.NodeArgsLength()):
