@@ -117,7 +117,8 @@ def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic
 # between converts, and fuses a relu into an add, not a clamp: its hardsigmoid (add, clamp, div) becomes
 # int8 spelled out; a hardswish spelled out in four int8 ops runs slower than its one float op, and a SiLU
 # keeps a float sigmoid either way.
-BACKENDS = {"tflite": dict(matmul_int8=True, linears_2d=False, gates_int8=("silu", "hardsigmoid", "hardswish")),
+BACKENDS = {"tflite": dict(matmul_int8=True, linears_2d=False, gates_int8=("silu", "hardsigmoid", "hardswish"),
+                           source_fns=True),
             "xnnpack": dict(matmul_int8=False, linears_2d=True, gates_int8=("hardsigmoid",),
                             add_fuses_clamp=False, tables_uint8=True)}
 

@@ -99,7 +99,7 @@ class EdgeQuantizer:
 
     def __init__(self, backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool,
                  gates_int8: tuple[str, ...] = (), add_fuses_clamp: bool = True, tables_uint8: bool = False,
-                 float_layers: tuple[str, ...] = ()):
+                 source_fns: bool = False, float_layers: tuple[str, ...] = ()):
         self.backend = backend
         self.float_layers = float_layers  # module paths kept float (a QuantSpec's overrides)
         self.config = backend.global_config
@@ -110,6 +110,7 @@ class EdgeQuantizer:
         self.gates_int8 = gates_int8  # the gate ops spelled out in int8 steps: "silu", "hardsigmoid", "hardswish"
         self.add_fuses_clamp = add_fuses_clamp  # the lowering fuses add → clamp into one int8 kernel
         self.tables_uint8 = tables_uint8  # embedding tables uint8 per row: the form the runtime looks up directly
+        self.source_fns = source_fns  # the backend finds adds, muls, cats and pools by the torch function they came from
 
     def transform_for_annotation(self, model):
         """The graph rewritten in place before anything is annotated (scalar clamps as hardtanh, integer scalars
@@ -120,6 +121,8 @@ class EdgeQuantizer:
             _linears_2d(model)
         if self.gates_int8:
             _gates_spelled_out(model, self.gates_int8)
+        if self.source_fns:
+            _source_fns_restored(model)
         return self.backend.transform_for_annotation(model)
 
     def annotate(self, model):
@@ -153,7 +156,8 @@ class EdgeQuantizer:
 
 
 def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool, gates_int8: tuple[str, ...] = (),
-         add_fuses_clamp: bool = True, tables_uint8: bool = False, float_layers: tuple[str, ...] = ()):
+         add_fuses_clamp: bool = True, tables_uint8: bool = False, source_fns: bool = False,
+         float_layers: tuple[str, ...] = ()):
     """An `EdgeQuantizer` that is also a torchao `Quantizer` (what prepare_pt2e takes)."""
     from torchao.quantization.pt2e.quantizer import Quantizer
 
@@ -162,7 +166,7 @@ def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bo
             Quantizer.__init__(self)
             EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8, linears_2d=linears_2d,
                                    gates_int8=gates_int8, add_fuses_clamp=add_fuses_clamp, tables_uint8=tables_uint8,
-                                   float_layers=float_layers)
+                                   source_fns=source_fns, float_layers=float_layers)
 
     return _Quantizer()
 
@@ -244,6 +248,24 @@ def _gates_spelled_out(model, gates: tuple[str, ...]) -> None:
         changed = True
     if changed:
         model.recompile()
+
+
+def _source_fns_restored(model) -> None:
+    """Each add, mul, cat, max pool and adaptive average pool tagged with the torch function it computes
+    (`source_fn_stack`), where the graph does not say: a graph exported again from a saved or already exported
+    program calls ATen ops only, and a backend that finds those ops by their source function (litert-torch's
+    PT2EQuantizer) would leave them unannotated, float wherever no annotated neighbour happens to quantize
+    their inputs and output (a residual add reading another one)."""
+    import torch
+
+    functional = torch.nn.functional
+    sources = {"add.Tensor": torch.add, "mul.Tensor": torch.mul, "cat.default": torch.cat,
+               "max_pool2d.default": functional.max_pool2d, "max_pool2d_with_indices.default": functional.max_pool2d,
+               "adaptive_avg_pool2d.default": functional.adaptive_avg_pool2d, "relu.default": torch.nn.ReLU}
+    for node in model.graph.nodes:
+        source = sources.get(_name(node)) if node.op == "call_function" else None
+        if source is not None and not node.meta.get("source_fn_stack"):
+            node.meta["source_fn_stack"] = [(node.name, source)]
 
 
 def _keep_integer_scalars(model) -> None:
