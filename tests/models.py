@@ -264,6 +264,28 @@ def conv_hardsigmoid_conv() -> nn.Module:
     return ConvSiluConv(nn.functional.hardsigmoid).eval()
 
 
+class ResidualChain(nn.Module):
+    """conv → two residual blocks, the second add reading the first (EfficientNet's stages repeat blocks
+    so): a backend that finds adds by their torch source function sees none in a re-exported graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.blocks = nn.ModuleList(nn.Conv2d(16, 16, 3, padding=1) for _ in range(2))
+        self.head = nn.Conv2d(16, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.stem(x))
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x)
+
+
+def residual_chain() -> nn.Module:
+    return ResidualChain().eval()
+
+
 def photo_crops(n: int, seed: int, size: int = 64) -> np.ndarray:
     """n×3×size×size crops of the photos scikit-image ships, scaled to 0..1."""
     from skimage import data

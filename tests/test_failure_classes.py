@@ -7,6 +7,8 @@
 - A power between a squaring and its square root (a spectrum's magnitude, as a VAD's front end computes
   it): kept float, where one int8 scale would zero its quiet bins.
 - LSTM weights, which onnxruntime's static quantizer leaves float: stored int8 (weight-only).
+- A residual add reading another (EfficientNet's repeated blocks), which litert-torch's quantizer did not
+  annotate in a re-exported graph: int8 in LiteRT.
 (ONNX below opset 13 is in test_tf_and_onnx_sources.py.)
 """
 
@@ -189,6 +191,20 @@ def test_a_detectors_class_scores_keep_their_resolution(tmp_path, crops, target)
     if target == "onnx":
         modes = verification["inspection"]["ops_by_mode"]
         assert modes.get("int16", 0) >= 2 and modes.get("qdq_float") == 1, modes  # stem convs; the score conv
+
+
+def test_a_residual_add_reading_another_runs_int8_on_litert(tmp_path, crops):
+    """litert-torch's quantizer finds adds by the torch function they came from, which a graph exported again
+    (as edgekit quantizes a .pt2 or a module) no longer records: an add reading another add ran float in
+    LiteRT between a dequantize and a quantize (EfficientNet-Lite0's later stages)."""
+    proc = run_cli("convert", "tests.models:residual_chain", "--example-inputs", crops / "example.npz", "-t", "tflite",
+                   "--int8", "--calib", crops / "calib.npz", "--eval", crops / "eval.npz", "-o", tmp_path,
+                   "--json", "--no-cache")
+    [a] = _artifacts(proc).values()
+    inspection = a["verification"]["inspection"]
+    assert a["verification"]["status"] == "pass", a["verification"].get("reasons")
+    assert inspection["executed"]["float_ops"] == [] and inspection["op_counts"]["ADD"] == 2, inspection["executed"]
+    assert inspection["op_counts"]["QUANTIZE"] == 1 and inspection["op_counts"]["DEQUANTIZE"] == 1  # at the I/O only
 
 
 def test_lstm_weights_are_stored_int8(tmp_path):
