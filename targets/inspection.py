@@ -23,6 +23,7 @@ Importing this module is cheap; each format's reader imports its framework only 
 from __future__ import annotations
 
 import collections
+import math
 import re
 from typing import Iterable
 
@@ -30,7 +31,8 @@ from edgekit.core.errors import BadInput
 from edgekit.core.inspection import INT8_FAMILY, TOP_TENSORS, Inspection, OpInfo, RuntimeNeed
 from edgekit.targets import by_format
 
-HEAVY_OPS = re.compile(r"conv|matmul|gemm|fully_?connected|batch_?mat_?mul|addmm|\bmm\b|linear", re.I)
+HEAVY_OPS = re.compile(r"conv|matmul|gemm|fully_?connected|batch_?mat_?mul|batch_?matrix_?multiply|addmm|\bmm\b|linear",
+                       re.I)
 
 
 # ExecuTorch op namespaces whose kernels a default runtime (portable kernels + XNNPACK) registers.
@@ -96,13 +98,34 @@ def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: di
     )
 
 
-def executed_view(fmt: str, runtime: str, ops: list[OpInfo], **extra) -> dict:
+def executed_view(fmt: str, runtime: str, ops: list[OpInfo], macs: dict[str, int] | None = None, **extra) -> dict:
     """`Inspection.executed`: the compute ops, modes, int8 shares and float ops of `ops` as `runtime` runs them,
-    counted by `build`'s rules, with what the format's reader adds (`extra`)."""
+    counted by `build`'s rules, with what the format's reader adds (`extra`). Where the reader gives the
+    multiply-accumulates of the conv/matmul ops (`macs`, by op location), `int8_mac_share` is the share of
+    those MACs run by int8 kernels: a float 1×1 conv and a float 3×3 conv of 512 channels differ a
+    thousandfold, which op counts do not show."""
     ran = build(fmt, weights={}, ops=ops, op_counts={}, tensors=(), io_dtypes={})
-    return {"runtime": runtime, **extra, "compute_ops": ran.compute_ops, "ops_by_mode": dict(ran.ops_by_mode),
+    view = {"runtime": runtime, **extra, "compute_ops": ran.compute_ops, "ops_by_mode": dict(ran.ops_by_mode),
             "int8_compute_share": ran.int8_compute_share, "int8_heavy_op_share": ran.int8_heavy_op_share,
             "float_ops": list(ran.float_ops)}
+    if macs:
+        total = sum(macs.get(o.where, 0) for o in ops)
+        int8 = sum(macs.get(o.where, 0) for o in ops if o.int8)
+        view.update(heavy_macs=total, int8_mac_share=round(int8 / total, 4) if total else None)
+    return view
+
+
+def heavy_macs(output: list[int], weight: list[int] | None = None, inner: int | None = None) -> int:
+    """Multiply-accumulates of a conv, depthwise conv or linear with channels last in `output` (its weight's
+    elements per output channel each, so one formula fits [Cout, kh, kw, Cin], [1, kh, kw, C] and [Cout, Cin])
+    or of a matmul (`inner`: the shared dimension). 0 when a shape is unknown."""
+    if not output or any(d is None or d < 0 for d in output):
+        return 0
+    if inner is not None:
+        return math.prod(output) * inner
+    if not weight or not output[-1]:
+        return 0
+    return math.prod(output) * math.prod(weight) // output[-1]
 
 
 def io_entry(name: str, dims) -> dict:

@@ -268,6 +268,24 @@ def test_an_onnx_activation_without_an_int8_kernel_is_timed_against_the_float_mo
         assert "HardSigmoid ×1 (qdq_float) have no int8 kernel there" in p.stderr and "-p fp32" in p.stderr
 
 
+def test_the_executed_int8_share_by_macs_weighs_each_conv_and_matmul_by_its_work():
+    """One formula for channels-last convs, depthwise convs and linears (the weight's elements per output channel
+    times the output's elements), the shared dimension for a matmul; a small int8 op beside a big float one
+    is a small share of the MACs however the ops count."""
+    from edgekit.core.inspection import OpInfo
+    from edgekit.targets.inspection import executed_view, heavy_macs
+
+    assert heavy_macs([1, 8, 8, 16], [16, 3, 3, 4]) == 64 * 16 * 36  # conv: 3×3 over 4 input channels
+    assert heavy_macs([1, 8, 8, 16], [1, 3, 3, 16]) == 64 * 16 * 9  # depthwise
+    assert heavy_macs([1, 10], [10, 64]) == 640  # fully connected
+    assert heavy_macs([2, 4, 4], inner=8) == 256  # batch matmul
+    assert heavy_macs([1, -1, 10], [10, 64]) == 0 and heavy_macs([1, 10]) == 0  # a shape not known
+    ops = [OpInfo("CONV_2D", "int8", "a"), OpInfo("CONV_2D", "qdq_float", "b"), OpInfo("ADD", "int8", "c")]
+    view = executed_view("tflite", "test", ops, macs={"a": 100, "b": 300})
+    assert view["int8_heavy_op_share"] == 0.5 and view["int8_mac_share"] == 0.25 and view["heavy_macs"] == 400
+    assert "int8_mac_share" not in executed_view("onnx", "test", ops)  # a reader without shapes gives none
+
+
 def test_int8_onnx_dynamic(onnx_int8):
     r = inspect_artifact("onnx", onnx_int8["dynamic"])
     assert r.int8_weight_share >= 0.9

@@ -56,8 +56,9 @@ def _table(item) -> Table:
     ]
     ran = ins.executed
     if ran:
+        macs = f" ({_share(ran['int8_mac_share'])} of their MACs)" if ran.get("int8_mac_share") is not None else ""
         rows.append(("as it runs", f"{_share(ran['int8_compute_share'])} int8 of {ran['compute_ops']} compute ops; "
-                                   f"{_share(ran['int8_heavy_op_share'])} of conv/matmul ops; float: "
+                                   f"{_share(ran['int8_heavy_op_share'])} of conv/matmul ops{macs}; float: "
                                    f"{', '.join(ran['float_ops']) or 'none'} ({ran['runtime']})"))
         if "outside_delegate" in ran:
             rows.append(("outside delegate", f"{', '.join(ran['outside_delegate']) or 'none'}: the delegated graph runs in "

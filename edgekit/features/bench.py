@@ -247,8 +247,9 @@ def slow_int8_reasons(ins: Inspection) -> list[str]:
     ran = ins.executed
     if ran and ran["int8_heavy_op_share"] < 1:
         heavy = [f for f in ran["float_ops"] if HEAVY_OPS.search(f.split(" ×")[0])]
+        macs = f" ({1 - ran['int8_mac_share']:.0%} of their MACs)" if ran.get("int8_mac_share") is not None else ""
         reasons.append(f"as {ran['runtime'].split(',')[0]} runs it, {1 - ran['int8_heavy_op_share']:.0%} of the "
-                       f"conv/matmul ops are float kernels: {', '.join(heavy[:SHOWN])}")
+                       f"conv/matmul ops{macs} are float kernels: {', '.join(heavy[:SHOWN])}")
     elif ran and ran["float_ops"]:
         reasons.append(f"as {ran['runtime'].split(',')[0]} runs it, {1 - ran['int8_compute_share']:.0%} of the compute "
                        f"ops have no int8 kernel there and run float between dequantize and quantize: "

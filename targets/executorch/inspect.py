@@ -17,7 +17,7 @@ import re
 import tempfile
 
 from edgekit.core.inspection import INT8_FAMILY, Inspection, OpInfo
-from edgekit.targets.inspection import build, executed_view, io_entry
+from edgekit.targets.inspection import build, executed_view, heavy_macs, io_entry
 
 DATA_OPS = frozenset({
     "aten::view_copy", "aten::permute_copy", "aten::clone", "aten::squeeze_copy", "aten::unsqueeze_copy",
@@ -45,6 +45,7 @@ XNN_DATA_NODES = frozenset({"XNNStaticReshape", "XNNStaticTranspose", "XNNConver
                             "XNNStaticConstantPad"})
 LOOKUPS = ("quantized_decomposed::embedding_byte", "quantized_decomposed::embedding_4bit",
            "quantized_decomposed::embedding_2bit")
+XNN_MAC_NODES = frozenset({"XNNConv2d", "XNNDepthwiseConv2d", "XNNFullyConnected", "XNNBatchMatrixMultiply"})
 XNN_NO_VALUE = 0xFFFFFFFF  # "no input" (e.g. bias_id); value id 0 is a real value
 
 
@@ -56,7 +57,7 @@ def inspect(path: str) -> Inspection:
     with open(path, "rb") as f:
         pte = deserialize_pte_binary(f.read())  # segments are moved back inline
     program = pte.program
-    weights, tensors, ops, op_counts = collections.Counter(), [], [], collections.Counter()
+    weights, tensors, ops, op_counts, macs = collections.Counter(), [], [], collections.Counter(), {}
     delegated, notes, io = {}, [], {"inputs": [], "outputs": []}
     shapes = {"inputs": [], "outputs": []}
     for pi, plan in enumerate(program.execution_plan):
@@ -97,7 +98,7 @@ def inspect(path: str) -> Inspection:
                         notes.append(f"delegate {d.id} is opaque: its ops and weights are not inspected")
                         continue
                     blob = bytes(program.backend_delegate_data[d.processed.index].data)
-                    entry["ops"] += _xnnpack(blob, call.delegate_index, weights, tensors, ops, op_counts)
+                    entry["ops"] += _xnnpack(blob, call.delegate_index, weights, tensors, ops, op_counts, macs)
                     continue
                 if not isinstance(call, KernelCall):
                     continue
@@ -142,18 +143,18 @@ def inspect(path: str) -> Inspection:
     if any(o.mode == "qdq_float" for o in ops):
         notes.append("quantize/dequantize run as portable kernels around float ops: int8 weights, float compute "
                      "(lower with XnnpackPartitioner to get int8 kernels)")
-    ran = executed(ops, delegated) if any(o.mode in ("int8", "int16", "qdq_float") for o in ops) else None
+    ran = executed(ops, delegated, macs) if any(o.mode in ("int8", "int16", "qdq_float") for o in ops) else None
     return build("pte", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io,
                  delegated=delegated, notes=notes, io_shapes=shapes, executed=ran)
 
 
-def executed(ops: list[OpInfo], delegated: dict) -> dict:
+def executed(ops: list[OpInfo], delegated: dict, macs: dict[str, int]) -> dict:
     """What the ExecuTorch runtime runs of a quantized program: the program as saved (it rewrites nothing when
-    it loads one), the XNNPACK delegate's calls (`delegate_partitions`) and the compute ops left to portable
-    kernels between them (`outside_delegate`, by type and mode)."""
+    it loads one), the XNNPACK delegate's calls (`delegate_partitions`), the compute ops left to portable
+    kernels between them (`outside_delegate`, by type and mode) and the delegated conv/matmul `macs`."""
     inside = tuple(delegated) + ("xnnpack",)
     kinds = collections.Counter((o.type, o.mode) for o in ops if not o.where.startswith(inside))
-    return executed_view("pte", "ExecuTorch runtime, XNNPACK delegate", ops,
+    return executed_view("pte", "ExecuTorch runtime, XNNPACK delegate", ops, macs=macs,
                          delegate_partitions=delegated.get("XnnpackBackend", {}).get("calls", 0),
                          outside_delegate=[f"{ty} ×{n} ({mode})" for (ty, mode), n in kinds.most_common()])
 
@@ -172,8 +173,8 @@ def _io_shape(value, name: str, notes: list) -> dict:
     return entry
 
 
-def _xnnpack(blob: bytes, index: int, weights, tensors, ops, op_counts) -> int:
-    """Add one XNNPACK payload's weights and ops to the running totals; returns its node count."""
+def _xnnpack(blob: bytes, index: int, weights, tensors, ops, op_counts, macs) -> int:
+    """Add one XNNPACK payload's weights, ops and conv/matmul MACs to the running totals; returns its node count."""
     graph = _xnnpack_graph(blob)
     cdata = graph.get("constant_data", [])
     values, seen = {}, set()
@@ -210,6 +211,11 @@ def _xnnpack(blob: bytes, index: int, weights, tensors, ops, op_counts) -> int:
         else:
             mode = "float"
         ops.append(OpInfo(ty, mode, f"xnnpack{index}:node{ni}"))
+        if node["xnode_union_type"] in XNN_MAC_NODES:
+            u = node["xnode_union"]
+            dims = {k: values[u[k]].get("dims") for k in ("output_id", "filter_id", "input1_id") if u.get(k) in values}
+            inner = (dims.get("input1_id") or [0])[-1] if "BatchMatrix" in node["xnode_union_type"] else None
+            macs[f"xnnpack{index}:node{ni}"] = heavy_macs(dims.get("output_id"), dims.get("filter_id"), inner)
     return len(nodes)
 
 

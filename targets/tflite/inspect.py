@@ -8,7 +8,7 @@ import hashlib
 import numpy as np
 
 from edgekit.core.inspection import INT8_FAMILY, Inspection, OpInfo
-from edgekit.targets.inspection import build, executed_view, io_entry
+from edgekit.targets.inspection import build, executed_view, heavy_macs, io_entry
 
 # Data movement and (de)quantization: not counted as compute ops.
 DATA_OPS = frozenset({
@@ -18,6 +18,7 @@ DATA_OPS = frozenset({
     "REVERSE_V2", "MIRROR_PAD", "ZEROS_LIKE", "ONES_LIKE", "FILL",
 })
 FLOATS = frozenset({"float32", "float16", "bfloat16", "float64"})
+MAC_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "CONV_3D"})
 DUPLICATE_MIN_BYTES = 1024  # smaller equal constants (zero biases, scalars) are not worth a note
 
 
@@ -125,6 +126,7 @@ def executed(path: str, ops: list[OpInfo], notes: list) -> dict | None:
         interp.allocate_tensors()
         details = interp._get_ops_details()  # the only view of the delegated graph its Python API gives
         outputs = {d["index"] for d in interp.get_output_details()}
+        shapes = {t["index"]: [int(d) for d in t["shape"]] for t in interp.get_tensor_details()}
     except Exception as e:  # noqa: BLE001 - the file's own reading stands; say why this part is missing
         notes.append(f"what LiteRT runs could not be read: {type(e).__name__}: {str(e)[:200]}")
         return None
@@ -139,9 +141,22 @@ def executed(path: str, ops: list[OpInfo], notes: list) -> dict | None:
     by_place = {o.where: o for o in ops}
     kinds = collections.Counter((by_place[w].type, by_place[w].mode) for i in sorted(outside)
                                 if (w := f"subgraph0:op{i}") in by_place)
-    return executed_view("tflite", "LiteRT interpreter, default XNNPACK delegate", ops,
+    return executed_view("tflite", "LiteRT interpreter, default XNNPACK delegate", ops, macs=_macs(details, shapes),
                          delegate_partitions=len(delegates),
                          outside_delegate=[f"{ty} ×{n} ({mode})" for (ty, mode), n in kinds.most_common()])
+
+
+def _macs(details: list[dict], shapes: dict[int, list[int]]) -> dict[str, int]:
+    """The multiply-accumulates of each conv, depthwise conv, fully-connected and batch matmul, by location."""
+    out = {}
+    for d in details:
+        name, ins, outs = d["op_name"], d["inputs"], d["outputs"]
+        if not outs or name not in MAC_OPS or len(ins) < 2 or ins[1] < 0:
+            continue
+        shape = shapes.get(outs[0])
+        inner = shapes.get(ins[0], [0])[-1] if name == "BATCH_MATMUL" else None
+        out[f"subgraph0:op{d['index']}"] = heavy_macs(shape, shapes.get(ins[1]), inner)
+    return out
 
 
 def _io_shape(t) -> dict:
