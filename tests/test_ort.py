@@ -154,3 +154,22 @@ def test_the_cpu_an_ort_is_laid_out_for_is_a_named_choice_and_bench_says_which_i
         assert bool(warned) == (host_cpu_kind() not in (None, made_for)), (made_for, warned)
     bad = run_cli("convert", DIGITS, "-t", "ort", "--ort-platform", "mips", "-o", tmp_path / "bad")
     assert bad.returncode == 2 and "unknown --ort-platform 'mips'" in bad.stderr and "arm, x86" in bad.stderr
+
+
+def test_check_says_when_an_int8_speedup_was_timed_on_an_ort_laid_out_for_another_cpu(tmp_path):
+    """A `min_int8_speedup` budget met by an ARM-laid-out .ort on an x86 host (whose fp32 runs there without the
+    x86 layout) passes with a note saying so, in the JSON and on the console."""
+    from edgekit.features.bench import host_cpu_kind
+
+    config = tmp_path / "edgekit.toml"
+    config.write_text(f'[[models]]\nname = "digits"\npath = "{DIGITS}"\ncalibration = "{DIGITS_CALIB}"\n'
+                      f'eval = "{DIGITS_EVAL}"\ntargets = ["ort"]\nprecisions = ["fp32", "int8"]\n'
+                      '[models.budgets.int8]\nmin_int8_speedup = 0.01\n')
+    proc = run_cli("check", config, "-o", tmp_path / "out", "--json", "--attribution", "none")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cases = {c["precision"]: c for c in json.loads(proc.stdout)["cases"]}
+    warnings = cases["int8"]["latency"]["warnings"]
+    laid_out = [w for w in warnings if "is laid out for arm CPUs" in w]
+    assert bool(laid_out) == (host_cpu_kind() == "x86"), warnings
+    for w in laid_out:
+        assert f"note: {w}" in proc.stderr

@@ -394,7 +394,9 @@ def check(
     for c in cases:
         line = f"{'PASS' if c.status == Status.PASS else 'FAIL'} {c.name}"
         layers = "".join(f"\n  layer {i}: {d.text()}" for i, d in enumerate(c.layers[:SHOWN], 1))
-        print(line + (": " + "; ".join(c.reasons) if c.reasons else "")
+        said = "; ".join(c.reasons)
+        layers += "".join(f"\n  note: {w}" for w in (c.latency or {}).get("warnings", []) if w not in said)
+        print(line + (": " + said if c.reasons else "")
               + ("".join(f"\n  changed: {x}" for x in c.changes)) + layers
               + (f"\n  {c.layers_note}" if c.layers_note else ""), file=sys.stderr if as_json else sys.stdout)
     if any(c.status == Status.FAIL for c in cases):
