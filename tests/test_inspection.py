@@ -215,6 +215,15 @@ def test_what_onnx_runtime_runs_is_read_from_the_graph_it_makes(tmp_path):
     assert shown.returncode == 0 and "as it runs" in shown.stdout and "25.0% int8 of 4 compute ops" in shown.stdout
     reasons = slow_int8_reasons(read)
     assert "50% of the conv/matmul ops are float kernels: Conv ×1 (qdq_float)" in reasons[0]
+    # the verdict's int8 compute gate reads what the runtime runs, not the file's 100%
+    from edgekit.core.verify import compare
+
+    same = [np.ones((4, 16), np.float32)]
+    verdict = compare(same, same, {"int8_heavy_op_share": 0.6}, inspection=read)
+    assert verdict.status == "fail" and verdict.reasons[0].startswith(
+        "did not really quantize as onnxruntime CPUExecutionProvider runs it: only 50.0% of the convolution/matmul "
+        "ops run in int8"), verdict.reasons
+    assert compare(same, same, {"int8_heavy_op_share": 0.5}, inspection=read).status == "pass"
 
 
 def test_edgekit_quantizes_onnx_in_the_types_onnx_runtime_fuses_on_this_cpu(tmp_path):

@@ -324,7 +324,8 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, 
 
     Each output is judged by the metrics that fit its kind (`kinds`: output name → a KINDS key given by the
     user; else `output_kind`; a top1_agreement threshold says class scores where the kind was only guessed).
-    With an `inspection` of the artifact, thresholds on INSPECTION_METRICS are checked too.
+    With an `inspection` of the artifact, thresholds on INSPECTION_METRICS are checked too: the compute shares
+    as the runtime runs the artifact where the inspection read that (`Inspection.executed`), else the file's.
     """
     reasons = _inspection_reasons(inspection, thresholds) if inspection is not None else []
     output_thresholds = {k: v for k, v in thresholds.items() if k in METRICS}
@@ -371,11 +372,14 @@ def compare(ref: list[np.ndarray], out: list[np.ndarray], thresholds: dict[str, 
 
 def _inspection_reasons(inspection: Inspection, thresholds: dict[str, float]) -> list[str]:
     reasons = []
+    ran = inspection.executed or {}
     for key, what in INSPECTION_METRICS.items():
-        share = getattr(inspection, key)
+        share, floats, where = getattr(inspection, key), inspection.float_ops, ""
+        if key in ran:  # a compute share: what the runtime runs decides, not what the file spells
+            share, floats, where = ran[key], ran["float_ops"], f" as {ran['runtime'].split(',')[0]} runs it"
         if key in thresholds and share < thresholds[key]:
-            left = ", ".join(inspection.float_ops[:6]) or "none listed"
-            reasons.append(f"did not really quantize: only {share * 100:.1f}% {what} "
+            left = ", ".join(floats[:6]) or "none listed"
+            reasons.append(f"did not really quantize{where}: only {share * 100:.1f}% {what} "
                            f"({key} {share:.4g} < {thresholds[key]:g}); float ops left: {left}")
     return reasons
 
