@@ -14,7 +14,7 @@ that rank the same with different graphs are timed, one thread, in turns, and th
 `--optimize accuracy` keeps the most accurate, `--optimize size` the smallest file.
 
 Where the kept pair still runs ops with no int8 kernel (float between a dequantize and a quantize: HardSigmoid
-in ONNX Runtime 1.2x), the pair is timed against the float model it was quantized from, in turns; an int8 model
+in ONNX Runtime 1.32), the pair is timed against the float model it was quantized from, in turns; an int8 model
 no faster than its float one is recorded as such (`vs_fp32`), with the ops, and `convert` says so: such a
 runtime has no faster int8 form of the model, and its fp32 artifact is the one to keep for latency.
 
