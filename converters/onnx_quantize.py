@@ -147,6 +147,7 @@ class OnnxQuantize(Converter):
                 for p in pairs]
         for c in made:
             self._quantized(prepared, c.path, (reader, ranges, cache, smoothed), ctx, c.pair)
+        timed = None  # the kept pair against the float model, where it runs ops with no int8 kernel
         if len(made) == 1:
             pick, why = made[0], SATURATES if int8_products_saturate() else "every activation is int16"
         else:

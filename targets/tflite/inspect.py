@@ -150,7 +150,7 @@ def _macs(details: list[dict], shapes: dict[int, list[int]]) -> dict[str, int]:
     """The multiply-accumulates of each conv, depthwise conv, fully-connected and batch matmul, by location."""
     out = {}
     for d in details:
-        name, ins, outs = d["op_name"], d["inputs"], d["outputs"]
+        name, ins, outs = d["op_name"], [int(i) for i in d["inputs"]], [int(o) for o in d["outputs"]]
         if not outs or name not in MAC_OPS or len(ins) < 2 or ins[1] < 0:
             continue
         shape = shapes.get(outs[0])
