@@ -97,6 +97,12 @@ def test_breakdowns_by_dtype_op_and_tensor(report):
         assert tuple(a.largest_tensors[0]["shape"]) in ((64, 512), (512, 64))  # the first Linear layer (or transposed)
     arts = _by_name(report)
     assert max(arts["digits_cnn.int8.tflite"].weight_bytes_by_dtype, key=arts["digits_cnn.int8.tflite"].weight_bytes_by_dtype.get) == "int8"
+    # a quantized file's int8 shares as its runtime runs it, in the report too
+    for name in ("digits_cnn.int8.tflite", "digits_cnn.int8.pte", "digits_cnn.int8.onnx"):
+        ran = arts[name].executed
+        assert ran["int8_heavy_op_share"] == 1.0 and ran["runtime"], (name, ran)
+        assert any(n.startswith("as it runs: 100.0% int8 of") for n in arts[name].notes), arts[name].notes
+    assert arts["digits_cnn.tflite"].executed is None
     assert "float16" in arts["digits_cnn.fp16.onnx"].weight_bytes_by_dtype
     assert any("CONV" in op for op in arts["digits_cnn.tflite"].op_counts)
 

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from edgekit.features.report.render import short_name, size_text
-from edgekit.core.inspection import Inspection, duplicate_text, shape_text
+from edgekit.core.inspection import Inspection, duplicate_text, executed_text, shape_text
 
 TOP_OPS = 12
 TOP_TENSORS = 3
@@ -56,10 +56,7 @@ def _table(item) -> Table:
     ]
     ran = ins.executed
     if ran:
-        macs = f" ({_share(ran['int8_mac_share'])} of their MACs)" if ran.get("int8_mac_share") is not None else ""
-        rows.append(("as it runs", f"{_share(ran['int8_compute_share'])} int8 of {ran['compute_ops']} compute ops; "
-                                   f"{_share(ran['int8_heavy_op_share'])} of conv/matmul ops{macs}; float: "
-                                   f"{', '.join(ran['float_ops']) or 'none'} ({ran['runtime']})"))
+        rows.append(("as it runs", executed_text(ran, delegate=False)))
         if "outside_delegate" in ran:
             rows.append(("outside delegate", f"{', '.join(ran['outside_delegate']) or 'none'}: the delegated graph runs in "
                                              f"{ran['delegate_partitions']} part{'s' if ran['delegate_partitions'] != 1 else ''}"))

@@ -53,6 +53,20 @@ def duplicate_text(duplicate: dict) -> str:
             f"{duplicate['bytes'] * (copies - 1):,} bytes the converter could have shared")
 
 
+def executed_text(ran: dict, delegate: bool = True) -> str:
+    """One line for a user: the int8 shares as the runtime runs the artifact (`Inspection.executed`), its float
+    ops and, where the runtime delegates (unless `delegate` is False), what it leaves outside."""
+    macs = f" ({ran['int8_mac_share']:.1%} of their MACs)" if ran.get("int8_mac_share") is not None else ""
+    text = (f"{ran['int8_compute_share']:.1%} int8 of {ran['compute_ops']} compute ops; "
+            f"{ran['int8_heavy_op_share']:.1%} of conv/matmul ops{macs}; float: {', '.join(ran['float_ops']) or 'none'} "
+            f"({ran['runtime']})")
+    if delegate and "outside_delegate" in ran:
+        parts = ran["delegate_partitions"]
+        text += (f"; outside the delegate: {', '.join(ran['outside_delegate']) or 'none'}, the delegated graph in "
+                 f"{parts} part{'s' if parts != 1 else ''}")
+    return text
+
+
 def need_text(need: RuntimeNeed) -> str:
     """One line for a user: what the app must add, and for which ops."""
     return f"needs {need.what} beyond the default runtime, for {', '.join(need.ops)}"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from edgekit.core.errors import BadInput, reading
 from edgekit.core.formats import NAME_PRECISIONS, artifact_files, detect, split_name
-from edgekit.core.inspection import duplicate_text, need_text
+from edgekit.core.inspection import duplicate_text, executed_text, need_text
 from edgekit.core.quiet import captured
 from edgekit.targets import TARGETS
 from edgekit.targets.inspection import inspect_artifact
@@ -64,6 +64,7 @@ class ArtifactSize:
     io_shapes: dict = field(default_factory=dict)  # the inspection's: {"inputs": [...], "outputs": [...]}
     needs: tuple = ()  # the inspection's RuntimeNeeds: what it needs beyond a default runtime
     duplicated_bytes: int = 0  # constant bytes stored more than once (the inspection's)
+    executed: dict | None = None  # the inspection's: the int8 shares as the runtime runs it (quantized files)
 
     @property
     def runtime_needs(self) -> tuple[str, ...]:
@@ -194,12 +195,14 @@ def _measure(path: Path, fmt: str) -> ArtifactSize:
     else:
         precision, source = inspected, "inspection"
     notes += [need_text(n) for n in ins.needs] + [duplicate_text(d) for d in ins.duplicates]
+    notes += [f"as it runs: {executed_text(ins.executed)}"] if ins.executed else []
     return ArtifactSize(
         path=str(path), format=fmt, precision=precision, precision_source=source, inspected_precision=inspected,
         stem=stem, files=files, parameters=parameter_count(ins.weight_bytes_by_dtype),
         weight_bytes_by_dtype=dict(ins.weight_bytes_by_dtype), int8_weight_share=ins.int8_weight_share,
         op_counts=dict(ins.op_counts), largest_tensors=tuple(ins.largest_tensors), notes=tuple(notes),
         io_shapes=dict(ins.io_shapes), needs=tuple(ins.needs), duplicated_bytes=ins.duplicated_bytes,
+        executed=dict(ins.executed) if ins.executed else None,
     )
 
 

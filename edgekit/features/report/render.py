@@ -81,6 +81,7 @@ def artifact_json(a: ArtifactSize) -> dict:
         "io_shapes": {k: [dict(e) for e in v] for k, v in a.io_shapes.items()},
         "runtime_needs": list(a.runtime_needs),
         "duplicated_bytes": a.duplicated_bytes,
+        "executed": a.executed,
         "notes": list(a.notes),
     }
 
