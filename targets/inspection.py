@@ -31,8 +31,9 @@ from edgekit.core.errors import BadInput
 from edgekit.core.inspection import INT8_FAMILY, TOP_TENSORS, Inspection, OpInfo, RuntimeNeed
 from edgekit.targets import by_format
 
-HEAVY_OPS = re.compile(r"conv|matmul|gemm|fully_?connected|batch_?mat_?mul|batch_?matrix_?multiply|addmm|\bmm\b|linear",
-                       re.I)
+# a linear as torch names it (aten::linear), not ONNX Runtime's QLinear* elementwise kernels (QLinearAdd, QLinearMul)
+HEAVY_OPS = re.compile(r"conv|matmul|gemm|fully_?connected|batch_?mat_?mul|batch_?matrix_?multiply|addmm|\bmm\b|"
+                       r"(?<![a-z])linear", re.I)
 
 
 # ExecuTorch op namespaces whose kernels a default runtime (portable kernels + XNNPACK) registers.
@@ -108,24 +109,25 @@ def executed_view(fmt: str, runtime: str, ops: list[OpInfo], macs: dict[str, int
     view = {"runtime": runtime, **extra, "compute_ops": ran.compute_ops, "ops_by_mode": dict(ran.ops_by_mode),
             "int8_compute_share": ran.int8_compute_share, "int8_heavy_op_share": ran.int8_heavy_op_share,
             "float_ops": list(ran.float_ops)}
-    if macs:
-        total = sum(macs.get(o.where, 0) for o in ops)
-        int8 = sum(macs.get(o.where, 0) for o in ops if o.int8)
-        view.update(heavy_macs=total, int8_mac_share=round(int8 / total, 4) if total else None)
+    heavy = [o for o in ops if HEAVY_OPS.search(o.type)]
+    if macs and heavy and all(macs.get(o.where, 0) > 0 for o in heavy):  # a conv of unknown MACs: no share
+        total = sum(macs[o.where] for o in heavy)
+        view.update(heavy_macs=total, int8_mac_share=round(sum(macs[o.where] for o in heavy if o.int8) / total, 4))
     return view
 
 
-def heavy_macs(output: list[int], weight: list[int] | None = None, inner: int | None = None) -> int:
-    """Multiply-accumulates of a conv, depthwise conv or linear with channels last in `output` (its weight's
-    elements per output channel each, so one formula fits [Cout, kh, kw, Cin], [1, kh, kw, C] and [Cout, Cin])
-    or of a matmul (`inner`: the shared dimension). 0 when a shape is unknown."""
-    if not output or any(d is None or d < 0 for d in output):
+def heavy_macs(output: list[int], weight: list[int] | None = None, inner: int | None = None, channels: int = -1) -> int:
+    """Multiply-accumulates of a conv, depthwise conv or linear whose output channels are `output[channels]`
+    (its weight's elements per output channel each, so one formula fits [Cout, kh, kw, Cin], [1, kh, kw, C],
+    [Cout, Cin/g, kh, kw] and [Cout, Cin]) or of a matmul (`inner`: the shared dimension). 0 when a shape is
+    unknown."""
+    if not output or any(not isinstance(d, int) or d < 0 for d in output):
         return 0
     if inner is not None:
         return math.prod(output) * inner
-    if not weight or not output[-1]:
+    if not weight or any(not isinstance(d, int) for d in weight) or not output[channels]:
         return 0
-    return math.prod(output) * math.prod(weight) // output[-1]
+    return math.prod(output) * math.prod(weight) // output[channels]
 
 
 def io_entry(name: str, dims) -> dict:

@@ -214,7 +214,9 @@ def test_what_onnx_runtime_runs_is_read_from_the_graph_it_makes(tmp_path):
     shown = run_cli("inspect", path)
     assert shown.returncode == 0 and "as it runs" in shown.stdout and "25.0% int8 of 4 compute ops" in shown.stdout
     reasons = slow_int8_reasons(read)
-    assert "50% of the conv/matmul ops are float kernels: Conv ×1 (qdq_float)" in reasons[0]
+    # the float conv is the small one: 3 → 16 channels (442,368 MACs) against 16 → 16 (2,359,296)
+    assert "50% of the conv/matmul ops (16% of their MACs) are float kernels: Conv ×1 (qdq_float)" in reasons[0]
+    assert ran["heavy_macs"] == 442_368 + 2_359_296
     # the verdict's int8 compute gate reads what the runtime runs, not the file's 100%
     from edgekit.core.verify import compare
 
@@ -287,12 +289,20 @@ def test_the_executed_int8_share_by_macs_weighs_each_conv_and_matmul_by_its_work
     assert heavy_macs([1, 8, 8, 16], [16, 3, 3, 4]) == 64 * 16 * 36  # conv: 3×3 over 4 input channels
     assert heavy_macs([1, 8, 8, 16], [1, 3, 3, 16]) == 64 * 16 * 9  # depthwise
     assert heavy_macs([1, 10], [10, 64]) == 640  # fully connected
+    assert heavy_macs([1, 16, 8, 8], [16, 4, 3, 3], channels=1) == 64 * 16 * 36  # an ONNX conv, channels first
     assert heavy_macs([2, 4, 4], inner=8) == 256  # batch matmul
     assert heavy_macs([1, -1, 10], [10, 64]) == 0 and heavy_macs([1, 10]) == 0  # a shape not known
     ops = [OpInfo("CONV_2D", "int8", "a"), OpInfo("CONV_2D", "qdq_float", "b"), OpInfo("ADD", "int8", "c")]
     view = executed_view("tflite", "test", ops, macs={"a": 100, "b": 300})
     assert view["int8_heavy_op_share"] == 0.5 and view["int8_mac_share"] == 0.25 and view["heavy_macs"] == 400
     assert "int8_mac_share" not in executed_view("onnx", "test", ops)  # a reader without shapes gives none
+    assert "int8_mac_share" not in executed_view("onnx", "test", ops, macs={"a": 100})  # nor one missing a conv
+    from edgekit.targets.inspection import HEAVY_OPS
+
+    assert [t for t in ("QLinearConv", "QLinearMatMul", "QGemm", "aten::linear", "FULLY_CONNECTED",
+                        "xnnpack:XNNBatchMatrixMultiply", "QLinearMul", "QLinearAdd", "QuantizeLinear")
+            if HEAVY_OPS.search(t)] == ["QLinearConv", "QLinearMatMul", "QGemm", "aten::linear", "FULLY_CONNECTED",
+                                        "xnnpack:XNNBatchMatrixMultiply"]  # ONNX Runtime's QLinear elementwise ops are not
 
 
 def test_int8_onnx_dynamic(onnx_int8):

@@ -49,9 +49,10 @@ def test_mobilenet_int8_is_small_really_int8_and_accurate(tmp_path_factory, mobi
     assert pte["delegate_partitions"] == 1 and pte["outside_delegate"] == [], pte
     floats = {f.split(" ×")[0] for f in pte["float_ops"]}
     assert floats <= {"xnnpack:XNNHardswish", "xnnpack:XNNSigmoid", "xnnpack:XNNMultiply"}, pte["float_ops"]
-    # every conv/matmul multiply-accumulate runs int8, and the two readers count the same model's MACs alike
-    assert pte["int8_mac_share"] == tflite.executed["int8_mac_share"] == 1.0
-    assert pte["heavy_macs"] == tflite.executed["heavy_macs"] > 3_000_000
+    # every conv/matmul multiply-accumulate runs int8, and the three readers count the same model's MACs alike
+    onnx = int8["onnx"].verdict.inspection.executed
+    assert pte["int8_mac_share"] == tflite.executed["int8_mac_share"] == onnx["int8_mac_share"] == 1.0
+    assert pte["heavy_macs"] == tflite.executed["heavy_macs"] == onnx["heavy_macs"] > 3_000_000
 
 
 @pytest.mark.parametrize("target", ["tflite", "onnx"])

@@ -18,7 +18,7 @@ import numpy as np
 
 from edgekit.core.formats import onnx_dims
 from edgekit.core.inspection import Inspection, OpInfo
-from edgekit.targets.inspection import HEAVY_OPS, build, executed_view, io_entry
+from edgekit.targets.inspection import HEAVY_OPS, build, executed_view, heavy_macs, io_entry
 
 DATA_OPS = frozenset({
     "Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Split",
@@ -141,7 +141,66 @@ def executed(path: str, notes: list) -> dict | None:
     ops = [OpInfo(o.type, "qdq_float", o.where)
            if o.mode in ("int8", "int16") and o.type not in QUANT_OPS and o.where in dequantized else o for o in ops]
     return executed_view("onnx", "onnxruntime CPUExecutionProvider, default graph optimizations",  # its version: tool_versions
-                         ops, runtime_ops=len(nodes))  # every node it runs: compute, (de)quantize and layout ops
+                         ops, macs=_macs(path, model, nodes, {o.where for o in ops if HEAVY_OPS.search(o.type)}),
+                         runtime_ops=len(nodes))  # every node it runs: compute, (de)quantize and layout ops
+
+
+def _macs(path: str, model, nodes: list, heavy: set[str]) -> dict[str, int]:
+    """The multiply-accumulates of each conv, gemm and matmul ONNX Runtime runs (the `heavy` locations of `nodes`,
+    of its optimized `model`), by location. They are counted on the file, whose shapes ONNX shape inference gives
+    (the runtime renames the tensors of what it fuses, and runs int8 convs channels-last): each file conv or
+    matmul by the constant it reads as its second operand (through a DequantizeLinear), which the runtime's op
+    reads too, else by its output's name. {} when the file's shapes cannot be inferred."""
+    import onnx
+
+    try:
+        graph = onnx.shape_inference.infer_shapes(onnx.load(path, load_external_data=False)).graph
+    except Exception:  # noqa: BLE001 - the shares by op count stand without it
+        return {}
+    counted, shapes = _file_macs(graph)
+    producer = {o: n for n in model.graph.node for o in n.output}
+    out = {}
+    for i, n in enumerate(nodes):
+        where = n.name or f"node{i}"
+        if where not in heavy or not n.output:
+            continue
+        at = 3 if n.op_type.startswith("QLinear") or n.op_type == "QGemm" else 1  # the second operand
+        second = n.input[at] if len(n.input) > at else ""
+        source = producer.get(second)
+        second = source.input[0] if source is not None and source.op_type == "DequantizeLinear" else second
+        macs = counted.get(second) or counted.get(n.output[0], 0)
+        if not macs and "Conv" not in n.op_type:  # a matmul of two activations, fused with its (de)quantizes
+            first = shapes.get(n.input[0])
+            macs = heavy_macs(shapes.get(n.output[0]), inner=first[-1] if first and isinstance(first[-1], int) else None)
+        out[where] = macs
+    return out
+
+
+def _file_macs(graph) -> tuple[dict[str, int], dict[str, list]]:
+    """(MACs of each conv, gemm and matmul of an inferred ONNX `graph` (NCHW), keyed by the constant its second
+    operand is (through a DequantizeLinear) and by its output's name; every tensor's shape)."""
+    shapes = {v.name: onnx_dims(v) for v in (*graph.value_info, *graph.input, *graph.output)}
+    shapes.update({t.name: list(t.dims) for t in graph.initializer})
+    producer = {o: n for n in graph.node for o in n.output}
+    out = {}
+    for n in graph.node:
+        if n.op_type not in ("Conv", "ConvInteger", "Gemm", "MatMul", "MatMulInteger") or len(n.input) < 2:
+            continue
+        second = n.input[1]
+        source = producer.get(second)
+        second = source.input[0] if source is not None and source.op_type == "DequantizeLinear" else second
+        output, weight = shapes.get(n.output[0]), shapes.get(second)
+        if n.op_type.startswith("Conv"):
+            macs = heavy_macs(output, weight, channels=1)
+        else:  # the shared dimension: the second operand's first (its last where Gemm transposes it)
+            trans = any(a.name == "transB" and a.i for a in n.attribute)
+            inner = (weight[-1] if trans else weight[-2 if len(weight) > 1 else 0]) if weight else None
+            macs = heavy_macs(output, inner=inner if isinstance(inner, int) else None)
+        if macs:
+            out[n.output[0]] = macs
+            if second in shapes and second not in out and any(t.name == second for t in graph.initializer):
+                out[second] = macs
+    return out, shapes
 
 
 def _io_shape(value) -> dict:
