@@ -12,7 +12,8 @@ import pytest
 import edgekit
 from edgekit.cli.render import OWN_STDERR_LINE
 from edgekit.core.errors import BadInput
-from edgekit.features.bench import cores, host_cpu_kind, parse_threads
+from edgekit.core.cpu import cpu_kind
+from edgekit.features.bench import cores, parse_threads
 from edgekit.targets.latency import MIN_RUNS, Timing, settled, timed
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL, run_cli
 
@@ -102,7 +103,7 @@ def test_bench_times_fp32_and_int8_on_every_runtime_with_the_ratio(digits_bench)
             layout = [w for w in a["warnings"] if " is laid out for " in w]
             slow = [w for w in a["warnings"] if w not in layout]
             assert bool(slow) == bool(slower), a
-            assert bool(layout) == (fmt == "ort" and host_cpu_kind() not in (None, "arm")), a
+            assert bool(layout) == (fmt == "ort" and cpu_kind() not in (None, "arm")), a
             for w in slow:
                 assert "int8 is not faster than fp32" in w and "likely:" in w
             for w in a["warnings"]:

@@ -137,7 +137,7 @@ def test_the_cpu_an_ort_is_laid_out_for_is_a_named_choice_and_bench_says_which_i
     """`--ort-platform arm` (the default, for phones) or `x86`: recorded in the JSON and inside the .ort, where
     `inspect` reads it, and `bench` warns when it times a file laid out for the other kind of CPU than the
     host's (an ARM file's fp32 runs without the x86 layout here: its ratio to int8 is not a phone's)."""
-    from edgekit.features.bench import host_cpu_kind
+    from edgekit.core.cpu import cpu_kind
     from edgekit.targets.ort.inspect import laid_out_for
 
     assert fp32.artifact.meta.ort_format["target_platform"] == "arm" and laid_out_for(fp32.artifact.path) == "arm"
@@ -151,7 +151,7 @@ def test_the_cpu_an_ort_is_laid_out_for_is_a_named_choice_and_bench_says_which_i
         timed = run_cli("bench", path, "--threads", "1", "--min-seconds", "0.05", "--json")
         assert timed.returncode == 0, timed.stderr[-2000:]
         warned = [w for w in json.loads(timed.stdout)["warnings"] if f"is laid out for {made_for} CPUs" in w]
-        assert bool(warned) == (host_cpu_kind() not in (None, made_for)), (made_for, warned)
+        assert bool(warned) == (cpu_kind() not in (None, made_for)), (made_for, warned)
     bad = run_cli("convert", DIGITS, "-t", "ort", "--ort-platform", "mips", "-o", tmp_path / "bad")
     assert bad.returncode == 2 and "unknown --ort-platform 'mips'" in bad.stderr and "arm, x86" in bad.stderr
 
@@ -159,7 +159,7 @@ def test_the_cpu_an_ort_is_laid_out_for_is_a_named_choice_and_bench_says_which_i
 def test_check_says_when_an_int8_speedup_was_timed_on_an_ort_laid_out_for_another_cpu(tmp_path):
     """A `min_int8_speedup` budget met by an ARM-laid-out .ort on an x86 host (whose fp32 runs there without the
     x86 layout) passes with a note saying so, in the JSON and on the console."""
-    from edgekit.features.bench import host_cpu_kind
+    from edgekit.core.cpu import cpu_kind
 
     config = tmp_path / "edgekit.toml"
     config.write_text(f'[[models]]\nname = "digits"\npath = "{DIGITS}"\ncalibration = "{DIGITS_CALIB}"\n'
@@ -170,6 +170,6 @@ def test_check_says_when_an_int8_speedup_was_timed_on_an_ort_laid_out_for_anothe
     cases = {c["precision"]: c for c in json.loads(proc.stdout)["cases"]}
     warnings = cases["int8"]["latency"]["warnings"]
     laid_out = [w for w in warnings if "is laid out for arm CPUs" in w]
-    assert bool(laid_out) == (host_cpu_kind() == "x86"), warnings
+    assert bool(laid_out) == (cpu_kind() == "x86"), warnings
     for w in laid_out:
         assert f"note: {w}" in proc.stderr

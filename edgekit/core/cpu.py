@@ -16,6 +16,13 @@ import platform
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
 
 
+def cpu_kind() -> str | None:
+    """"x86" or "arm" for this machine's CPU (the kinds an .ort is laid out for: edgekit.core.formats.ORT_PLATFORMS),
+    else None."""
+    machine = platform.machine().lower()
+    return "x86" if machine in ("x86_64", "amd64", "i686") else "arm" if machine.startswith(("aarch64", "arm")) else None
+
+
 @functools.cache
 def int8_products_saturate() -> bool:
     """True on an x86-64 CPU without VNNI, where ONNX Runtime's uint8 × int8 kernels saturate."""

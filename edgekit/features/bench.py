@@ -7,8 +7,9 @@ warm-up, then runs until the median settles; at 1 thread and at every core), wit
 memory. For an int8 artifact with an fp32 partner, `ratio_to_fp32` is int8 latency ÷ fp32 latency per
 thread count; where it is not below 1 a warning says so, with the likely reasons read from the int8
 file (`slow_int8_reasons`): float ops between int8 ones, quantize/dequantize ops switching between
-int8 and float, ops outside the delegate. The figures are host CPU latency: a phone's CPU, NPU or GPU
-gives others.
+int8 and float, ops outside the delegate. An .ort laid out for another kind of CPU than the host's (its
+metadata says which, `--ort-platform`) is warned about whatever its ratio. The figures are host CPU latency:
+a phone's CPU, NPU or GPU gives others.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from edgekit.core.cpu import int8_products_saturate
+from edgekit.core.cpu import cpu_kind, int8_products_saturate
 from edgekit.core.errors import BadInput, ConversionFailed, reading
 from edgekit.core.quiet import captured
 from edgekit.core.results import ConvertResult
@@ -206,17 +207,11 @@ def bench_result(req: ConvertRequest, result: ConvertResult, *, threads: tuple[i
     return BenchReport(report.host, report.artifacts, report.skipped, failed)
 
 
-def host_cpu_kind() -> str | None:
-    """"x86" or "arm" for this host's CPU (the kinds of edgekit.core.formats.ORT_PLATFORMS), else None."""
-    machine = platform.machine().lower()
-    return "x86" if machine in ("x86_64", "amd64", "i686") else "arm" if machine.startswith(("aarch64", "arm")) else None
-
-
 def _layout_warning(path: str, fmt: str) -> tuple[str, ...]:
     """An .ort laid out for the other kind of CPU than this host's: its timing is not what either CPU sees."""
     if fmt != "ort":
         return ()
-    made_for, here = laid_out_for(path), host_cpu_kind()
+    made_for, here = laid_out_for(path), cpu_kind()
     if made_for is None or here is None or made_for == here:
         return ()
     return (f"{Path(path).name} is laid out for {made_for} CPUs (--ort-platform {made_for}) and was timed on this "
@@ -272,7 +267,7 @@ def slow_int8_reasons(ins: Inspection) -> list[str]:
                        + (f" and {len(ins.float_ops) - SHOWN} more" if len(ins.float_ops) > SHOWN else ""))
     reasons += [n for n in ins.notes if "may keep them float" in n]
     laid_out = [n for n in ins.notes if n.startswith("laid out for ")]
-    if ins.format == "ort" and laid_out and not laid_out[0].startswith(f"laid out for {host_cpu_kind()} "):
+    if ins.format == "ort" and laid_out and not laid_out[0].startswith(f"laid out for {cpu_kind()} "):
         reasons.append(f"the .ort is {laid_out[0]}")
     if ins.format in ("onnx", "ort") and int8_products_saturate():
         reasons.append("this CPU has no VNNI: ONNX Runtime's int8 products take several instructions each")
