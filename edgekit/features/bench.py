@@ -266,9 +266,6 @@ def slow_int8_reasons(ins: Inspection) -> list[str]:
         reasons.append("float ops between int8 ones: " + ", ".join(ins.float_ops[:SHOWN])
                        + (f" and {len(ins.float_ops) - SHOWN} more" if len(ins.float_ops) > SHOWN else ""))
     reasons += [n for n in ins.notes if "may keep them float" in n]
-    laid_out = [n for n in ins.notes if n.startswith("laid out for ")]
-    if ins.format == "ort" and laid_out and not laid_out[0].startswith(f"laid out for {cpu_kind()} "):
-        reasons.append(f"the .ort is {laid_out[0]}")
     if ins.format in ("onnx", "ort") and int8_products_saturate():
         reasons.append("this CPU has no VNNI: ONNX Runtime's int8 products take several instructions each")
     return reasons or ["the file shows no float islands or unfused quantize/dequantize ops: this runtime's int8 "
