@@ -32,14 +32,18 @@ MANIFEST: dict[str, str] = {
     "onnx_to_ort": "edgekit.converters.onnx_to_ort:OnnxToOrt",
     "tf_to_tflite": "edgekit.converters.tf_to_tflite:TfToTflite",
     "tf_to_onnx": "edgekit.converters.tf_to_onnx:TfToOnnx",
+    "lm_to_pte": "edgekit.converters.lm_to_pte:LmToPte",
+    "lm_to_tflite": "edgekit.converters.lm_to_tflite:LmToTflite",
+    "lm_to_onnx": "edgekit.converters.lm_to_onnx:LmToOnnx",
 }
 ENTRY_POINT_GROUP = "edgekit.converters"
 
 
 def node_of(fmt: str) -> str:
-    """The graph node of a format: PyTorch sources are the node 'torch', TF and Keras ones 'tf'."""
+    """The graph node of a format: PyTorch sources are the node 'torch', TF and Keras ones 'tf', decoder LM
+    folders 'lm'."""
     family = FORMATS[fmt].family
-    return family if family in ("torch", "tf") else fmt
+    return family if family in ("torch", "tf", "lm") else fmt
 
 
 @dataclass

@@ -39,6 +39,8 @@ class TargetBackend(Protocol):
     trace_layers: Callable[..., tuple] | None  # per-layer drift against the fp32 artifact (edgekit.targets.layers);
     # its keyword `gains` asks for what keeping each layer float gains, where the tracer can measure it
     runtime_only: Callable[[], None] | None  # what a process that only runs artifacts does first, or None
+    # a decoder LM artifact's entry points by name, each (tokens, input_pos, k_cache, v_cache) → (logits, k, v)
+    lm_entry_points: Callable[..., dict] | None
 
 
 @dataclass(frozen=True)

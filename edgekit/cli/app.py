@@ -91,10 +91,13 @@ def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks o
 @app.command()
 @handled
 def convert(
-    model: Annotated[str, typer.Argument(help="A .pt2/.pt file, module:factory, SavedModel folder, .keras/.h5 or .onnx.")],
+    model: Annotated[str, typer.Argument(help="A .pt2/.pt file, module:factory, SavedModel folder, .keras/.h5, .onnx, or a Hugging Face decoder LM folder (config.json + safetensors).")],
     target: Annotated[list[str], typer.Option("--target", "-t", help="tflite, executorch (pte), onnx, ort or ptl (legacy); repeat, or 'all'.")] = ["all"],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts.")] = Path("edgekit-out"),
-    precision: Annotated[str, typer.Option("--precision", "-p", help="fp32, fp16, int8 (static, calibrated) or int8-dynamic.")] = "fp32",
+    precision: Annotated[str, typer.Option("--precision", "-p", help="fp32, fp16, int8 (static, calibrated) or int8-dynamic; for a decoder LM int8-weights or int4-weights.")] = "fp32",
+    max_seq_len: Annotated[Optional[int], typer.Option("--max-seq-len", help="Decoder LM: the positions of its static KV cache (default 256, or fewer if the model has fewer).", show_default=False)] = None,
+    prefill_len: Annotated[Optional[int], typer.Option("--prefill-len", help="Decoder LM: the tokens its prefill entry point takes at once (default 32).", show_default=False)] = None,
+    group_size: Annotated[int, typer.Option("--group-size", help="int4-weights: weights sharing one scale (32, 64, 128 or 256).")] = 32,
     int8: Annotated[bool, typer.Option("--int8", help="Shortcut for --precision int8.")] = False,
     int8_io: Annotated[bool, typer.Option("--int8-io", help="Integer model inputs and outputs (int8 only).")] = False,
     calib: Annotated[Optional[str], typer.Option("--calib", help="Calibration data: .npz, folder of .npy or images, module:function, or random.")] = None,
@@ -107,7 +110,7 @@ def convert(
     optimize: Annotated[str, typer.Option("--optimize", help="int8: where the target has more than one valid int8 form (onnx, ort: the activation and weight integer types), keep the fastest on this host (latency; within 1 dB of the most accurate on the calibration samples), the smallest (size) or the most accurate (accuracy). Each candidate's figures are in the JSON (int8_types).")] = "latency",
     ort_platform: Annotated[str, typer.Option("--ort-platform", help="ort: the CPU the .ort is laid out for: arm (phones; int8 groups kept signed, no x86-only layout) or x86 (int8 as the uint8 x86 kernels take, the NCHWc layout). Timed on a host of the other kind, it does not run as it would on its own; bench says so.")] = "arm",
     calib_preprocess: Annotated[Optional[str], typer.Option("--calib-preprocess", help="For image folders: size=HxW,scale=1/255,mean=..,std=..,layout=NCHW,color=gray")] = None,
-    eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs (and optional 'labels') to verify on.")] = None,
+    eval_data: Annotated[Optional[Path], typer.Option("--eval", help=".npz of inputs (and optional 'labels') to verify on; for a decoder LM held-out text (.txt) or token ids (.npz 'tokens').")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Write the JSON report to stdout; human output to stderr.")] = False,
     input_shape: Annotated[list[str], typer.Option("--input-shape", help="NAME=1,3,224,224 (repeat per input).")] = [],
     example_inputs: Annotated[Optional[Path], typer.Option("--example-inputs", help=".npz with one example per input.")] = None,
@@ -119,7 +122,7 @@ def convert(
     budget: Annotated[list[str], typer.Option("--budget", help="int8: a metric to meet, e.g. cosine=0.99 (repeat); layers are kept back from int8, the fewest that meet it.")] = [],
     min_int8_share: Annotated[float, typer.Option("--min-int8-share", help="With --budget: the least share of weight bytes that stays int8.")] = 0.8,
     max_steps: Annotated[int, typer.Option("--max-steps", help="With --budget: the most conversions the search makes after full int8.")] = 8,
-    keep: Annotated[list[str], typer.Option("--keep", help="int8: keep a layer back, LAYER=float or LAYER=int16 (named as `edgekit layers` names it; repeat).")] = [],
+    keep: Annotated[list[str], typer.Option("--keep", help="int8: keep a layer back, LAYER=float or LAYER=int16 (named as `edgekit layers` names it; repeat). Decoder LM: keep a module's weights float, e.g. lm_head.")] = [],
     granularity: Annotated[str, typer.Option("--granularity", help="int8 weights: per-channel or per-tensor.")] = "per-channel",
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Convert and verify again even when the artifact cache holds this exact result.")] = False,
     attribution: Annotated[bool, typer.Option("--attribution/--no-attribution", help="int8: when an artifact fails its verdict, rank its layers (one trace of the model) and name those whose float copy gains the outputs most, with the --keep and --budget options that keep them back.")] = True,
@@ -138,9 +141,10 @@ def convert(
         calib_preprocess=calib_preprocess, calib_method=calib_method, eval_data=eval_data, thresholds=threshold,
         output_kinds=output_kind, int8_io=int8_io, bias_correction=bias_correction, smooth_quant=smooth_quant,
         int16_stem=int16_stem, int16_activations=int16_activations, optimize=optimize, granularity=granularity, keep=keep, budgets=budget, min_int8_share=min_int8_share, max_steps=max_steps,
-        attribute_failures=attribution, ort_platform=ort_platform,
+        attribute_failures=attribution, ort_platform=ort_platform, group_size=group_size,
         source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
-                                     str(example_inputs) if example_inputs else None, trust_model_code),
+                                     str(example_inputs) if example_inputs else None, trust_model_code,
+                                     max_seq_len=max_seq_len, prefill_len=prefill_len),
     )
     cache = _cache(no_cache)
     result = run(request, progress=reporter.step, cache=cache)

@@ -15,7 +15,7 @@ from edgekit.core.signature import Signature
 CARRIED = ("int8_types", "opset_upgrade")
 # Reported in a result's JSON when a route recorded them, in this order (after route, tool versions,
 # seconds and calibration, which every result has).
-REPORTED = ("quantization", "int8_types", "opset_upgrade", "outside_delegate", "search", "mobile_package", "reused")
+REPORTED = ("quantization", "int8_types", "opset_upgrade", "outside_delegate", "search", "mobile_package", "reused", "lm")
 
 
 # Where `auto` measured a candidate's drift (CalibrationCandidate.measured_on).
@@ -109,6 +109,7 @@ class ArtifactMeta:
     mobile_package: Mapping | None = None  # whether an .ort fits ONNX Runtime's mobile packages
     ort_format: Mapping | None = None  # how an .ort was optimized
     reused: tuple[Mapping, ...] = ()  # steps reused from another target's route in the same run
+    lm: Mapping | None = None  # a decoder LM's entry points, cache and weights as made (edgekit.converters.lm_common)
 
     def to_json(self, everything: bool = False) -> dict:
         """The result document's fields (`everything`: every field set, for the cache)."""

@@ -29,6 +29,7 @@ FORMATS: dict[str, Format] = {
         Format("torch-python", "torch", (), "Python import spec module:factory"),
         Format("tf-savedmodel", "tf", (), "TensorFlow SavedModel directory"),
         Format("keras", "tf", (".keras", ".h5"), "Keras model file"),
+        Format("hf-causal-lm", "lm", (), "Hugging Face causal LM folder (config.json + safetensors)"),
         Format("onnx", "onnx", (".onnx",), "ONNX ModelProto"),
         Format("tflite", "tflite", (".tflite",), "LiteRT/TFLite flatbuffer"),
         Format("pte", "pte", (".pte",), "ExecuTorch program"),
@@ -87,9 +88,12 @@ def _detect(text: str) -> str:
     if path.is_dir():
         if (path / "saved_model.pb").is_file():
             return "tf-savedmodel"
+        if (path / "config.json").is_file() and any(path.glob("model*.safetensors*")):
+            return "hf-causal-lm"
         raise BadInput(
-            f"{text} is a directory but not a TensorFlow SavedModel (no saved_model.pb inside)",
-            fix="point at a SavedModel directory or at a model file",
+            f"{text} is a directory but neither a TensorFlow SavedModel (no saved_model.pb inside) nor a "
+            "Hugging Face model folder (config.json and safetensors weights)",
+            fix="point at a SavedModel or model folder, or at a model file",
         )
     size = path.stat().st_size
     if size == 0:
@@ -201,7 +205,7 @@ ORT_CONFIG_SUFFIX = ".required_operators.config"  # written beside an .ort: the 
 ORT_PLATFORMS = {"arm": "arm", "x86": "amd64"}
 ORT_PLATFORM_KEY = "edgekit.ort_platform"  # the .ort's model metadata entry naming which of them it is for
 IO_SIDECAR_SUFFIX = ".io.json"  # <artifact>.io.json: the integer I/O parameters (edgekit.core.io_params)
-NAME_PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")  # as edgekit names files: <stem>.<precision>.<ext>
+NAME_PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights")  # as edgekit names files: <stem>.<precision>.<ext>
 
 
 def artifact_files(fmt: str, path: str | Path) -> tuple[str, ...]:

@@ -33,7 +33,10 @@ PASS_TARGETS = {"smooth_quant": "tflite from torch sources, executorch, onnx and
                 "bias_correction": "tflite, executorch, onnx and ort",
                 "int16_stem": "onnx and ort", "int16_activations": "onnx and ort"}  # for messages: who has each pass
 CALIBRATION_PASSES = ("smooth_quant", "bias_correction")  # what `auto` combines with each method: no precision change
-PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic")
+# weight-only precisions of a decoder LM (edgekit.sources.lm_decoder): weights int8 per channel or int4 in groups
+LM_PRECISIONS = ("int8-weights", "int4-weights")
+GROUP_SIZES = (32, 64, 128, 256)  # the int4 block sizes every LM target runs (LiteRT's blockwise kernels)
+PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", *LM_PRECISIONS)
 FALLBACKS = ("int16", "float")  # what a layer kept back from int8 becomes, the cheaper first
 GRANULARITIES = ("per_channel", "per_tensor")
 OPTIMIZE = ("latency", "size", "accuracy")  # what an int8 backend with more than one valid form keeps (--optimize)
@@ -101,6 +104,7 @@ class QuantSpec:
     int16_stem: bool = False  # int16 activations where the feature maps are at least 1/4 of the input's size
     int16_activations: bool = False  # int16 activations everywhere (a16w8), weights int8
     optimize: str = "latency"  # among a backend's valid int8 forms: the fastest on this host, the smallest, the most accurate
+    group_size: int = 32  # int4-weights: weights sharing one scale along a row (--group-size)
     overrides: tuple[LayerOverride, ...] = field(default_factory=tuple)
 
     def __post_init__(self):
@@ -112,8 +116,10 @@ class QuantSpec:
             raise BadInput(f"unknown granularity {self.granularity.replace('_', '-')!r}", fix="use per-channel or per-tensor")
         if self.optimize not in OPTIMIZE:
             raise BadInput(f"unknown --optimize {self.optimize!r}", fix=f"use one of {', '.join(OPTIMIZE)}")
-        if self.precision == "int8":
-            return
+        if self.group_size not in GROUP_SIZES:
+            raise BadInput(f"--group-size {self.group_size} is not one edgekit builds", fix=f"use one of {', '.join(map(str, GROUP_SIZES))}")
+        if self.precision == "int8" or (self.precision in LM_PRECISIONS and not self.int8_io):
+            return  # a decoder LM's --keep keeps weights float (--keep lm_head)
         if self.int8_io:
             raise BadInput("--int8-io needs --precision int8 (or --int8)")
         if self.bias_correction:
@@ -153,7 +159,8 @@ class QuantSpec:
         return {"precision": self.precision, "method": self.method and str(self.method), "weight_bits": self.weight_bits,
                 "activation_bits": self.activation_bits, "granularity": self.granularity,
                 "int8_io": self.int8_io, "bias_correction": self.bias_correction, "smooth_quant": self.smooth_quant,
-                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations, "optimize": self.optimize, "overrides": [o.to_json() for o in self.overrides]}
+                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations, "optimize": self.optimize, "overrides": [o.to_json() for o in self.overrides],
+                **({"group_size": self.group_size} if self.precision == "int4-weights" else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> "QuantSpec":

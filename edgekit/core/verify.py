@@ -245,13 +245,20 @@ HIGHER_IS_BETTER.update({k: True for k in INSPECTION_METRICS})
 
 # Default thresholds per precision (minimums for higher-is-better metrics, maximums otherwise).
 # An int8 model whose weights or kernels are mostly float did not really quantize.
+# A decoder LM's metrics (edgekit.core.lm_verify), each: whether larger is better; thresholds like the others'
+LM_METRICS = {"token_agreement": True, "logits_cosine": True, "perplexity_ratio": False, "generated_agreement": True}
+HIGHER_IS_BETTER.update(LM_METRICS)
+
 THRESHOLDS: dict[str, dict[str, float]] = {
     "fp32": {"cosine": 0.9999, "cosine_min": 0.999, "channel_cosine": 0.999},
     "fp16": {"cosine": 0.999, "cosine_min": 0.99, "channel_cosine": 0.99},
     "int8": {"cosine": 0.99, "cosine_min": 0.95, "channel_cosine": 0.5, "int8_weight_share": 0.5,
              "int8_heavy_op_share": 0.5},
     "int8-dynamic": {"cosine": 0.99, "cosine_min": 0.95, "channel_cosine": 0.5, "int8_weight_share": 0.5},
+    "int8-weights": {"token_agreement": 0.98, "perplexity_ratio": 1.02},
+    "int4-weights": {"token_agreement": 0.90, "perplexity_ratio": 1.10},
 }
+LM_FP32 = {"token_agreement": 0.99, "perplexity_ratio": 1.001}  # an fp32 decoder LM's (THRESHOLDS["fp32"] is per output)
 
 
 def applicable_thresholds(thresholds: dict, asked: dict, inspection) -> dict:

@@ -25,7 +25,7 @@ from edgekit.calibration.methods import HOLDOUT_FRACTION
 from edgekit.calibration.sources import load_calibration
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import BadInput, ConversionFailed, reading
-from edgekit.core.formats import artifact_files, detect, split_name
+from edgekit.core.formats import FORMATS, artifact_files, detect, split_name
 from edgekit.core.inspection import Inspection
 from edgekit.core.quiet import captured
 from edgekit.core.results import ArtifactResult, ConvertResult
@@ -147,6 +147,8 @@ def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: S
     """
     say = progress or (lambda _msg: None)
     p = plan(req)
+    if FORMATS[p.source_format].family == "lm":  # a decoder LM: verified token by token (edgekit.engine.lm_job)
+        return _convert_lm(p, say, sources or Sources())
     results: dict[str, ArtifactResult] = {}
     source = source_sha256 = None
     warnings = list(p.warnings)
@@ -174,6 +176,15 @@ def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: S
             if cache is not None:
                 cache.store_result(p, result, source, prepared.warnings)
     return ConvertResult(source, source_sha256, tuple(results[t.name] for t, _ in p.routes), tuple(warnings))
+
+
+def _convert_lm(p: Plan, say: Progress, sources: Sources) -> ConvertResult:
+    """A decoder LM's run: not cached yet (a cached result would have to key the eval text and the cache length)."""
+    from edgekit.engine.lm_job import run_lm  # local: only a decoder LM's run needs it
+
+    source = sources.open(p.request.source, p.request.source_options, say)
+    results = run_lm(p, source, say)
+    return ConvertResult(source.artifact, source.artifact.sha256, tuple(results), p.warnings)
 
 
 def _fingerprint(samples: SampleSet) -> str:

@@ -86,7 +86,7 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
                   output_kinds: Mapping | Iterable[str] = (), int8_io: bool = False,
                   bias_correction: bool | None = None, smooth_quant: bool | None = None, int16_stem: bool = False,
                   int16_activations: bool = False, optimize: str = "latency",
-                  granularity: str = "per-channel",
+                  granularity: str = "per-channel", group_size: int = 32,
                   keep: Mapping | Iterable[str] = (), budgets: Mapping | Iterable[str] = (),
                   min_int8_share: float = 0.8, max_steps: int = 8, attribute_failures: bool = False,
                   ort_platform: str = "arm", source_options: SourceOptions = SourceOptions()) -> ConvertRequest:
@@ -102,7 +102,7 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
         calibration = CalibrationSpec(calibration, calib_samples, calib_preprocess)
     quant = QuantSpec(precision, calib_method, granularity=str(granularity).replace("-", "_"), int8_io=int8_io,
                       bias_correction=bias_correction, smooth_quant=smooth_quant, int16_stem=int16_stem,
-                      int16_activations=int16_activations, optimize=optimize,
+                      int16_activations=int16_activations, optimize=optimize, group_size=int(group_size),
                       overrides=parse_overrides(keep))
     search = SearchSpec(parse_budgets(budgets), min_int8_share, max_steps)
     return ConvertRequest(str(source), (targets,) if isinstance(targets, str) else tuple(targets), str(out), quant,

@@ -37,6 +37,8 @@ class SourceOptions:
     example_inputs: str | None = None
     trust_model_code: bool = False  # graphs that may run code: TF file/process/callback ops, .pt2 non-operator calls
     project: str | None = None  # import specs must name modules of this folder (set for check configs)
+    max_seq_len: int | None = None  # a decoder LM's cache length (--max-seq-len); None: edgekit.sources.lm_source's default
+    prefill_len: int | None = None  # the tokens its prefill entry point takes at once (--prefill-len)
 
     def __post_init__(self):
         specs = tuple(self.input_shapes)
@@ -179,6 +181,10 @@ def open_source(location: str, options: SourceOptions = SourceOptions()) -> Sour
     family = FORMATS[fmt].family
     if fmt == "onnx":
         return open_onnx(location, _declared_inputs(options))
+    if fmt == "hf-causal-lm":
+        from edgekit.sources.lm_source import LMSource  # local: only a decoder LM needs it (it reads safetensors)
+
+        return LMSource(location, options.max_seq_len, options.prefill_len)
     if family == "tf":
         return open_tf(fmt, location, _declared_inputs(options), trust_model_code=options.trust_model_code)
     if family != "torch":

@@ -4,8 +4,9 @@ framework; each tool imports its runtime when called."""
 from edgekit.targets.executorch.inspect import inspect as inspect_file
 from edgekit.targets.executorch.latency import open_pte as open_timed
 from edgekit.targets.executorch.runner import PteRunner as Runner
+from edgekit.targets.executorch.runner import lm_entry_points
 from edgekit.targets.executorch.runner import without_compiler as runtime_only
 
 trace_layers = None  # a .pte's layers are traced by edgekit.engine.pte_layers, which lowers the source again
 
-__all__ = ["Runner", "inspect_file", "open_timed", "runtime_only", "trace_layers"]
+__all__ = ["Runner", "inspect_file", "lm_entry_points", "open_timed", "runtime_only", "trace_layers"]

@@ -69,3 +69,23 @@ def without_compiler() -> None:
 
 def _entry(entries: list, i: int) -> dict | None:
     return entries[i] if i < len(entries) else None
+
+
+def lm_entry_points(path: str, threads: int = 1) -> dict:
+    """A decoder LM .pte's methods by name (prefill, decode), each called with (tokens, input_pos, k_cache,
+    v_cache) and returning (logits, k_cache, v_cache) as numpy. `threads` is XNNPACK's, set for the process."""
+    import torch
+    from executorch.runtime import Runtime
+
+    torch.set_num_threads(threads)
+    program = Runtime.get().load_program(path)
+    calls = {}
+    for name in sorted(program.method_names):
+        method = program.load_method(name)
+
+        def call(*args, method=method):
+            outs = method.execute([torch.from_numpy(np.array(a, copy=True)) for a in args])
+            return tuple(o.numpy() for o in outs)
+
+        calls[name] = call
+    return calls

@@ -66,3 +66,15 @@ class OnnxRunner:
                 x = io_params.quantize(x, p["scale"], p["zero_point"], np.dtype(p["dtype"]))
             onnx_feeds[meta.name] = x.astype(ORT_TYPES.get(meta.type, np.float32), copy=False)
         return onnx_feeds
+
+
+def lm_entry_points(path: str, threads: int = 1, ort_format: bool = False) -> dict:
+    """A decoder LM .onnx (or .ort) as its entry points: one graph whose token count is dynamic serves both
+    prefill and decode, (tokens, input_pos, k_cache, v_cache) → (logits, k_cache, v_cache)."""
+    sess = session(path, threads=threads, ort_format=ort_format)
+    names = [i.name for i in sess.get_inputs()]
+
+    def call(*args):
+        return tuple(sess.run(None, dict(zip(names, args))))
+
+    return {"prefill": call, "decode": call}

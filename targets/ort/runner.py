@@ -14,3 +14,10 @@ class OrtRunner(OnnxRunner):
     """OnnxRunner for an .ort: loaded as ORT format and run as saved, with no graph optimization at load."""
 
     ORT_FORMAT = True
+
+
+def lm_entry_points(path: str, threads: int = 1) -> dict:
+    """A decoder LM .ort's entry points, run as saved (edgekit.targets.onnx.runner.lm_entry_points)."""
+    from edgekit.targets.onnx.runner import lm_entry_points as onnx_entry_points  # local: one reader, two formats
+
+    return onnx_entry_points(path, threads, ort_format=True)

@@ -8,4 +8,6 @@ from edgekit.targets.ptl.runner import PtlRunner as Runner
 trace_layers = None  # no per-layer tracer for the legacy format
 runtime_only = None  # its runtime imports nothing it does not need
 
-__all__ = ["Runner", "inspect_file", "open_timed", "runtime_only", "trace_layers"]
+lm_entry_points = None  # a decoder LM is not converted to .ptl
+
+__all__ = ["Runner", "inspect_file", "lm_entry_points", "open_timed", "runtime_only", "trace_layers"]

@@ -80,3 +80,24 @@ def _dequantize(y: np.ndarray, detail: dict) -> np.ndarray:
     if np.dtype(detail["dtype"]).kind in "iu" and scale:
         return io_params.dequantize(y, scale, zero)
     return y
+
+
+def lm_entry_points(path: str, threads: int = 1) -> dict:
+    """A decoder LM .tflite's signatures by name (prefill, decode), each called with (tokens, input_pos,
+    k_cache, v_cache) and returning (logits, k_cache, v_cache); ids and positions go in as LiteRT's int32."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interp = Interpreter(model_path=path, num_threads=threads)
+    calls = {}
+    for name in interp.get_signature_list():
+        runner = interp.get_signature_runner(name)
+        ins = runner.get_input_details()
+        keys = sorted(ins, key=_order)
+        outs = sorted(runner.get_output_details(), key=_order)
+
+        def call(*args, runner=runner, keys=keys, ins=ins, outs=outs):
+            got = runner(**{k: np.asarray(a, dtype=ins[k]["dtype"]) for k, a in zip(keys, args)})
+            return tuple(got[k] for k in outs)
+
+        calls[name] = call
+    return calls

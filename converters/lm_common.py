@@ -1,0 +1,48 @@
+"""What the decoder LM converters (lm_to_pte, lm_to_tflite, lm_to_onnx) share: the entry points they
+export, the weights `--keep` holds back, and the record of what was made (`ArtifactMeta.lm`).
+
+Every LM artifact has the same two entry points, each (tokens, input_pos, k_cache, v_cache) → (logits,
+k_cache, v_cache): `prefill`, `prefill_len` tokens at once, and `decode`, one token. A format with one graph
+for both (ONNX: the token count is a dynamic dimension) serves them from that graph.
+"""
+
+from __future__ import annotations
+
+from edgekit.core.errors import BadInput
+from edgekit.core.quant import unknown_layers
+
+ENTRY_POINTS = ("prefill", "decode")
+
+
+def entry_points(source) -> dict[str, tuple]:
+    """Each entry point's example inputs, empty caches."""
+    return {"prefill": source.example_inputs(source.prefill_len), "decode": source.example_inputs(1)}
+
+
+def kept(spec, module) -> tuple[str, ...]:
+    """The module names `--keep` holds at float (a name keeps every linear and embedding under it);
+    BadInput naming the model's top-level parts for a name it does not have."""
+    names = tuple(o.layer for o in spec.overrides)
+    if any(o.precision != "float" for o in spec.overrides):
+        raise BadInput("a decoder LM keeps weights only at float", fix="write --keep NAME (e.g. --keep lm_head)")
+    known = {n for n, _ in module.named_modules() if n}
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise unknown_layers(missing, {n for n in known if n.count(".") <= 3}, "the decoder")
+    return names
+
+
+def is_kept(name: str, keep: tuple[str, ...]) -> bool:
+    """Whether the module `name` is, or lies under, a kept name."""
+    return any(name == k or name.startswith(k + ".") for k in keep)
+
+
+def record(source, precision: str, *, weights: str, activations: str, embedding: str, keep: tuple[str, ...] = (),
+           group_size: int | None = None) -> dict:
+    """`ArtifactMeta.lm`: the cache, the entry points and what each group of weights was made."""
+    cfg = source.config
+    return {"architecture": cfg.architecture, "max_seq_len": source.max_seq_len, "prefill_len": source.prefill_len,
+            "entry_points": list(ENTRY_POINTS), "cache_shape": list(cfg.cache_shape(source.max_seq_len)),
+            "cache_bytes": cfg.cache_bytes(source.max_seq_len), "precision": precision,
+            "weights": {"linear": weights, "embedding": embedding, "kept_float": list(keep)},
+            "activations": activations, **({"group_size": group_size} if group_size else {})}

@@ -1,0 +1,62 @@
+"""decoder LM → pte: the static-cache decoder exported per entry point and lowered to XNNPACK as one
+program with two methods, `prefill` and `decode`.
+
+int8-weights and int4-weights are torchao's `Int8DynamicActivationIntxWeightConfig` (per-channel int8, or
+int4 in groups of `--group-size`): the linear kernels ExecuTorch's XNNPACK delegate runs on quantized
+weights take activations quantized per token at run time (8da8w, 8da4w). Its weight-only form
+(`IntxWeightOnlyConfig`) lowers here to programs whose logits are wrong, so it is not offered. The
+embedding table stays float.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgekit.core.artifact import ArtifactMeta, ModelArtifact
+from edgekit.converters import lm_common
+from edgekit.converters.base import ConvertContext, Converter
+from edgekit.converters.torch_to_pte import lower
+
+
+class LmToPte(Converter):
+    """The decoder LM → pte edge (ExecuTorch, XNNPACK delegate, a method per entry point)."""
+
+    name = "lm_to_pte"
+    source = "lm"
+    target = "pte"
+    precisions = ("fp32", "int8-weights", "int4-weights")
+    extra = "executorch"
+    cost = 1.0
+    tools = ("torch", "executorch", "torchao")
+
+    def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
+        """Each entry point exported with torch.export from the (quantized) decoder, lowered together."""
+        import torch
+
+        source, spec = ctx.source, ctx.spec
+        module = source.decoder()
+        keep = lm_common.kept(spec, module)
+        group = spec.group_size if precision == "int4-weights" else None
+        if precision != "fp32":
+            _quantize(module, precision, group, keep)
+        programs = {name: torch.export.export(module, args) for name, args in lm_common.entry_points(source).items()}
+        lowered, left_out = lower(programs)
+        out_path.write_bytes(lowered.to_executorch().buffer)
+        weights = {"fp32": "float32", "int8-weights": "int8 per channel", "int4-weights": f"int4 in groups of {group}"}[precision]
+        activations = "float32" if precision == "fp32" else "int8, quantized per token at run time (XNNPACK's kernel)"
+        lm = lm_common.record(source, precision, weights=weights, activations=activations, embedding="float32",
+                              keep=keep, group_size=group)
+        return ModelArtifact("pte", str(out_path), src.signature, precision,
+                             meta=ArtifactMeta(outside_delegate=tuple(left_out), lm=lm))
+
+
+def _quantize(module, precision: str, group: int | None, keep: tuple[str, ...]) -> None:
+    import torch
+    from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
+    from torchao.quantization.granularity import PerAxis, PerGroup
+
+    if precision == "int8-weights":
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
+    else:
+        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group))
+    quantize_(module, config, filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and not lm_common.is_kept(fqn, keep))

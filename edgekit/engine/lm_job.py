@@ -1,0 +1,95 @@
+"""A decoder LM's run: each target's route built from the static-cache decoder, the artifact run token by
+token through its own runtime with its cache on held-out text, judged against the source by
+edgekit.core.lm_verify, then placed.
+
+The held-out text is `--eval` (a .txt read with the folder's tokenizer, or a .npz of token ids named
+`tokens`), cut into at most `WINDOWS` windows of `max_seq_len` tokens. Each window is the source's in one
+forward pass and the artifact's as an app runs it: prefill, then decode step by step.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.converters.base import ConvertContext
+from edgekit.core.errors import BadInput, reading
+from edgekit.core.lm_verify import lm_metrics, lm_verdict
+from edgekit.core.results import ArtifactResult
+from edgekit.core.verify import LM_FP32, LM_METRICS, THRESHOLDS
+from edgekit.engine.build import Intermediates, Progress, build, place, run_folder, stem_of
+from edgekit.engine.isolation import inspect_isolated, lm_steps_isolated
+
+WINDOWS = 4  # windows of held-out text each artifact is run on
+GENERATED = 32  # greedy tokens compared after the first window's prefill
+
+
+def eval_windows(source, eval_data: str | None, windows: int = WINDOWS) -> np.ndarray:
+    """The held-out token ids as windows × positions: as many whole windows of `max_seq_len` tokens as the
+    text holds (up to `windows`), or one shorter window when it holds less than one."""
+    if eval_data is None:
+        raise BadInput("a decoder LM is verified on held-out text: none was given",
+                       fix="pass --eval text.txt (read with the model's tokenizer) or --eval tokens.npz")
+    path = Path(eval_data)
+    with reading(path, "the eval text"):
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as data:
+                if "tokens" not in data.files:
+                    raise BadInput(f"{path} has no array named 'tokens'", fix="save the token ids as tokens=...")
+                tokens = np.asarray(data["tokens"]).reshape(-1).astype(np.int64)
+        else:
+            tokens = source.tokenize(path.read_text(encoding="utf-8"))
+    if len(tokens) and (tokens.min() < 0 or tokens.max() >= source.config.vocab_size):
+        raise BadInput(f"{path}: token ids outside the vocabulary 0..{source.config.vocab_size - 1}",
+                       fix="tokenize the text with this model's tokenizer")
+    need = source.prefill_len + 2
+    if len(tokens) < need:
+        raise BadInput(f"{path} holds {len(tokens)} tokens: too few to verify a decoder with a prefill of "
+                       f"{source.prefill_len}", fix=f"give at least {need} tokens of text")
+    width = min(source.max_seq_len, len(tokens))
+    count = max(1, min(windows, len(tokens) // width))
+    return tokens[: count * width].reshape(count, width)
+
+
+def thresholds_for(precision: str, asked: dict) -> dict:
+    """edgekit's LM thresholds at `precision` with the user's (`--threshold token_agreement=0.99`) on top."""
+    base = LM_FP32 if precision == "fp32" else THRESHOLDS.get(precision, {})
+    return {**base, **{k: v for k, v in asked.items() if k in LM_METRICS}}
+
+
+def run_lm(plan, source, say: Progress) -> list[ArtifactResult]:
+    """Build, verify and place every route of `plan` for the opened LM `source`."""
+    req = plan.request
+    windows = eval_windows(source, req.eval_data)
+    say(f"running the source model on {windows.shape[0]} window(s) of {windows.shape[1]} tokens")
+    reference = source.reference_logits(windows)
+    count = min(GENERATED, source.max_seq_len - source.prefill_len)
+    ref_generated = source.reference_generate(windows[0, :source.prefill_len], count)
+    thresholds = thresholds_for(req.precision, req.thresholds)
+    out_dir, results = Path(req.out_dir), []
+    with run_folder(out_dir) as work:
+        shared = Intermediates(work / "built")
+        for target, route in plan.routes:
+            tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=work))
+            try:
+                tell = lambda msg, name=target.name: say(f"{name}: {msg}")  # noqa: E731
+                ctx = ConvertContext(source, tmp, spec=req.quant, ort_platform=req.ort_platform)
+                artifact = build(route, ctx, stem_of(req.source), tell, shared, target.name)
+                tell(f"verifying in {target.runtime}: {windows.size} tokens, token by token with its cache")
+                started = time.perf_counter()
+                inspection = inspect_isolated(artifact.format, artifact.path)
+                ran = lm_steps_isolated(artifact.format, artifact.path, windows, prefill_len=source.prefill_len,
+                                        cache_shape=source.config.cache_shape(source.max_seq_len), generate=count)
+                metrics = lm_metrics(reference, ran["logits"], windows, ref_generated, ran["generated"])
+                verdict = lm_verdict(metrics, thresholds, len(windows), inspection)
+                tell(f"{verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
+                measured = ArtifactResult.measured(target.name, artifact, verdict)
+                results.append(ArtifactResult(measured.target, place(artifact, out_dir, work), verdict,
+                                              measured.bytes, measured.sha256))
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return results

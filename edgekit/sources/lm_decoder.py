@@ -1,0 +1,175 @@
+"""The decoder edgekit exports: a Llama-style causal LM with a static KV cache passed in and out.
+
+    logits, k_cache, v_cache = decoder(tokens[1, T], input_pos[T], k_cache, v_cache)
+
+Each cache is one float32 tensor, layers × KV heads × `max_seq_len` × head size (`DecoderConfig.cache_shape`);
+`input_pos` holds the absolute position of each of the T tokens. The same module is prefill (T = the
+prefill length) and decode (T = 1). The cache is written with a one-hot product rather than a scatter,
+and RoPE's cos/sin are gathered from tables: elementwise ops, gathers and matmuls every converter
+(litert-torch, ExecuTorch's XNNPACK lowering, the ONNX exporter) takes, at the cost of rewriting the
+cache once a step. The weights are the folder's own, loaded from safetensors (no pickle); module names
+are Hugging Face's (`model.layers.0.self_attn.q_proj`), so a weight's name reads the same in every report.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from edgekit.core.errors import BadInput
+from edgekit.sources.lm_folder import DecoderConfig, weight_files
+
+
+def load_weights(folder: Path) -> dict:
+    """Every tensor of the folder's safetensors files, as float32 torch tensors (safetensors: no code runs)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    import torch
+
+    state = {}
+    for f in weight_files(folder):
+        try:
+            state.update(load_file(str(f)))
+        except (SafetensorError, OSError, ValueError) as e:
+            raise BadInput(f"{f} is not a readable safetensors file: {e}", fix="re-save the model (save_pretrained)") from None
+    return {k: v.to(torch.float32) for k, v in state.items()}
+
+
+def build_decoder(cfg: DecoderConfig, state: dict, max_seq_len: int):
+    """The static-cache decoder of `cfg` with the weights `state` (Hugging Face names), in eval mode."""
+    if not 1 <= max_seq_len <= cfg.max_positions:
+        raise BadInput(f"--max-seq-len {max_seq_len} is outside the model's 1..{cfg.max_positions} positions",
+                       fix=f"give --max-seq-len at most {cfg.max_positions}")
+    model = _classes()["Decoder"](cfg, max_seq_len)
+    state = dict(state)
+    if cfg.tied:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not m.startswith("rope_")]
+    unexpected = [u for u in unexpected if not u.endswith("rotary_emb.inv_freq")]
+    if missing or unexpected:
+        raise BadInput(f"the weights do not fit a {cfg.architecture}: missing {missing[:3]}, unexpected {unexpected[:3]}",
+                       fix="check that config.json belongs to these safetensors")
+    return model.eval()
+
+
+def example_inputs(cfg: DecoderConfig, max_seq_len: int, tokens: int):
+    """(tokens, input_pos, k_cache, v_cache) for `tokens` tokens from position 0, with empty caches."""
+    import torch
+
+    cache = torch.zeros(cfg.cache_shape(max_seq_len))
+    return (torch.zeros(1, tokens, dtype=torch.int64), torch.arange(tokens, dtype=torch.int64), cache, cache.clone())
+
+
+@functools.cache
+def _classes() -> dict:
+    import torch
+    from torch import nn
+
+    class RMSNorm(nn.Module):
+        def __init__(self, size: int, eps: float):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(size))
+            self.eps = eps
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+    class Attention(nn.Module):
+        def __init__(self, cfg: DecoderConfig):
+            super().__init__()
+            d, hd = cfg.hidden_size, cfg.head_dim
+            self.q_proj = nn.Linear(d, cfg.heads * hd, bias=cfg.qkv_bias)
+            self.k_proj = nn.Linear(d, cfg.kv_heads * hd, bias=cfg.qkv_bias)
+            self.v_proj = nn.Linear(d, cfg.kv_heads * hd, bias=cfg.qkv_bias)
+            self.o_proj = nn.Linear(cfg.heads * hd, d, bias=False)
+            if cfg.qk_norm:
+                self.q_norm = RMSNorm(hd, cfg.rms_eps)
+                self.k_norm = RMSNorm(hd, cfg.rms_eps)
+            self.cfg = cfg
+
+        def forward(self, x, cos, sin, mask, write, keep, k_cache, v_cache):
+            c, t = self.cfg, x.shape[1]
+            q = self.q_proj(x).view(t, c.heads, c.head_dim).transpose(0, 1)  # heads × T × size
+            k = self.k_proj(x).view(t, c.kv_heads, c.head_dim).transpose(0, 1)
+            v = self.v_proj(x).view(t, c.kv_heads, c.head_dim).transpose(0, 1)
+            if c.qk_norm:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+            k_cache = k_cache * keep + torch.matmul(write, k)  # KV heads × positions × size
+            v_cache = v_cache * keep + torch.matmul(write, v)
+            group = c.heads // c.kv_heads  # the query heads sharing one KV head, side by side in its rows
+            q = q.reshape(c.kv_heads, group * t, c.head_dim)
+            scores = torch.matmul(q, k_cache.transpose(1, 2)) * (c.head_dim ** -0.5) + mask
+            out = torch.matmul(torch.softmax(scores, dim=-1), v_cache)  # KV heads × group·T × size
+            out = out.reshape(c.heads, t, c.head_dim).transpose(0, 1).reshape(1, t, c.heads * c.head_dim)
+            return self.o_proj(out), k_cache, v_cache
+
+    class MLP(nn.Module):
+        def __init__(self, cfg: DecoderConfig):
+            super().__init__()
+            self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+            self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+            self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+        def forward(self, x):
+            return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    class Layer(nn.Module):
+        def __init__(self, cfg: DecoderConfig):
+            super().__init__()
+            self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+            self.self_attn = Attention(cfg)
+            self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+            self.mlp = MLP(cfg)
+
+        def forward(self, x, *attention_args):
+            h, k_cache, v_cache = self.self_attn(self.input_layernorm(x), *attention_args)
+            x = x + h
+            return x + self.mlp(self.post_attention_layernorm(x)), k_cache, v_cache
+
+    class Body(nn.Module):
+        def __init__(self, cfg: DecoderConfig):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+            self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.layers))
+            self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+
+    class Decoder(nn.Module):
+        """Hugging Face's module tree (model.*, lm_head) with a static cache in and out."""
+
+        def __init__(self, cfg: DecoderConfig, max_seq_len: int):
+            super().__init__()
+            self.cfg, self.max_seq_len = cfg, max_seq_len
+            self.model = Body(cfg)
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+            # RoPE as Hugging Face computes it (float32 inverse frequencies times float32 positions), as tables
+            inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+            freqs = torch.arange(max_seq_len, dtype=torch.float32)[:, None] * inv_freq[None, :]
+            angles = torch.cat((freqs, freqs), dim=-1)
+            self.register_buffer("rope_cos", angles.cos(), persistent=False)
+            self.register_buffer("rope_sin", angles.sin(), persistent=False)
+
+        def forward(self, tokens, input_pos, k_cache, v_cache):
+            c, t = self.cfg, tokens.shape[1]
+            cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]  # T × size
+            positions = torch.arange(self.max_seq_len, dtype=torch.int64)
+            hit = positions[None, :] == input_pos[:, None]  # T × positions: where each token is written
+            write = hit.to(torch.float32).transpose(0, 1)  # positions × T
+            keep = 1.0 - write.sum(dim=1, keepdim=True)  # positions × 1: 0 where a token is written
+            seen = positions[None, :] <= input_pos[:, None]  # causal: a token sees positions up to its own
+            mask = torch.where(seen, 0.0, float("-inf")).repeat(c.heads // c.kv_heads, 1)
+            x = self.model.embed_tokens(tokens)
+            keys, values = [], []
+            for i, layer in enumerate(self.model.layers):
+                x, k, v = layer(x, cos, sin, mask, write, keep, k_cache[i], v_cache[i])
+                keys.append(k)
+                values.append(v)
+            return self.lm_head(self.model.norm(x)), torch.stack(keys), torch.stack(values)
+
+    def _rope(x, cos, sin):
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    return {"Decoder": Decoder}
