@@ -68,7 +68,7 @@ class OnnxToOrt(Converter):
     name = "onnx_to_ort"
     source = "onnx"
     target = "ort"
-    precisions = ("fp32", "fp16", "int8", "int8-dynamic")
+    precisions = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights")
     extra = "onnx"
     requires = ("onnx", "onnxruntime")  # no torch: ONNX models from TensorFlow take this edge too
     cost = 1.0
@@ -101,7 +101,7 @@ class OnnxToOrt(Converter):
         meta = ArtifactMeta(mobile_package=mobile, ort_format={
             "optimization_style": OPTIMIZATION_STYLE, "optimization_level": level,
             "target_platform": ORT_PLATFORMS[ctx.ort_platform],
-            "canonical_layout": canonical is not None})
+            "canonical_layout": canonical is not None}, lm=src.meta.lm)  # a decoder LM's record travels with it
         return ModelArtifact("ort", str(out_path), src.signature, precision, files=tuple(files), meta=meta)
 
 

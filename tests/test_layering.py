@@ -166,6 +166,9 @@ FRAMEWORKS = {
     "ort_flatbuffers_py": "onnxruntime's .ort schema (put on sys.path from its tools folder); needed only to read "
                           "or rewrite an .ort",
     "PIL": "Pillow; needed only to read a folder of images as calibration data",
+    "transformers": "edgekit[lm], ~5 s to import; needed only to run a decoder LM folder as its reference",
+    "safetensors": "edgekit[lm]; needed only to read a decoder LM folder's weights",
+    "tokenizers": "edgekit[lm]; needed only to read held-out text with a decoder LM's tokenizer",
 }
 CLI_APP = "edgekit.cli.app"  # its commands import edgekit's modules when they run: see its docstring
 LOCAL_MARKER = re.compile(r"#\s*local:\s*\S")
@@ -255,5 +258,6 @@ def test_every_format_package_is_its_backend_and_brings_no_framework():
     doc = json.loads(out.stdout)
     assert doc["missing"] == {n: [] for n in TARGETS}
     assert doc["frameworks"] == []
-    assert doc["tools"]["onnx"] == ["Runner", "inspect_file", "open_timed", "trace_layers"]  # its own tracer
-    assert doc["tools"]["executorch"] == ["Runner", "inspect_file", "open_timed", "runtime_only"]  # runtime alone
+    assert doc["tools"]["onnx"] == ["Runner", "inspect_file", "lm_entry_points", "open_timed", "trace_layers"]  # its own tracer
+    assert doc["tools"]["executorch"] == ["Runner", "inspect_file", "lm_entry_points", "open_timed", "runtime_only"]  # runtime alone
+    assert "lm_entry_points" not in doc["tools"]["ptl"]  # a decoder LM is not converted to .ptl

@@ -145,6 +145,10 @@ def render_result(result, console: Console | None) -> None:
     console = console or _console()
     src = result.source
     console.print(f"\n[bold]{src.path}[/bold] ({src.format}, {src.signature.describe()})")
+    if src.format == "hf-causal-lm":
+        console.print(_lm_table(result))
+        _render_notes(result, console)
+        return
     table = Table(show_header=True, header_style="bold")
     for col in ("target", "precision", "size", "verdict", "cosine", "max_abs", "sqnr_db", "top1",
                 "accuracy src → artifact", "shapes"):
@@ -162,6 +166,29 @@ def render_result(result, console: Console | None) -> None:
             escape(shapes_text(r.verdict.inspection and r.verdict.inspection.io_shapes)),
         )
     console.print(table)
+    _render_notes(result, console)
+
+
+def _lm_table(result) -> Table:
+    """A decoder LM's verdicts: its metrics (edgekit.core.lm_verify) and what each artifact was made of."""
+    table = Table(show_header=True, header_style="bold")
+    for col in ("target", "precision", "size", "verdict", "token agreement", "perplexity src → artifact",
+                "logits cosine", "generated", "weights", "cache"):
+        table.add_column(col, justify="left" if col in ("target", "precision", "verdict", "weights") else "right")
+    for r in result.artifacts:
+        m, lm = r.verdict.metrics.get("logits", {}), r.artifact.meta.lm or {}
+        ppl = f"{m['perplexity_source']:.3f} → {m['perplexity_artifact']:.3f}" if "perplexity_ratio" in m else "—"
+        gen = f"{round(m['generated_agreement'] * m['generated_tokens'])}/{m['generated_tokens']}" if "generated_tokens" in m else "—"
+        table.add_row(_target_label(r.target), r.artifact.precision, _size(r.bytes),
+                      f"[{STATUS_STYLE[r.verdict.status]}]{r.verdict.status}[/]",
+                      f"{m['token_agreement'] * 100:.2f}%" if "token_agreement" in m else "—", ppl,
+                      f"{m['logits_cosine']:.5f}" if "logits_cosine" in m else "—", gen,
+                      escape((lm.get("weights") or {}).get("linear", "—")),
+                      _size(lm["cache_bytes"]) + f" ({lm['max_seq_len']} positions)" if lm else "—")
+    return table
+
+
+def _render_notes(result, console: Console) -> None:
     for r in result.artifacts:
         others = len(r.artifact.files) - 1
         extra = f" (+{others} file{'s' if others > 1 else ''} beside it)" if others else ""
@@ -172,6 +199,12 @@ def render_result(result, console: Console | None) -> None:
             if reused else "")
         console.print(f"  {r.target}: {r.artifact.path}{extra}  [dim]route {' → '.join(meta.route)},"
                       f" {meta.seconds or 0:.1f} s{how}[/dim]")
+        if meta.lm:
+            w = meta.lm["weights"]
+            kept = f"; kept float: {', '.join(w['kept_float'])}" if w.get("kept_float") else ""
+            console.print(f"    [dim]entry points {', '.join(meta.lm['entry_points'])} (prefill {meta.lm['prefill_len']} "
+                          f"tokens); weights: linears {escape(w['linear'])}, embedding {escape(w['embedding'])}{escape(kept)}; "
+                          f"activations {escape(meta.lm['activations'])}[/dim]")
         for d in meta.outside_delegate:
             console.print(f"    [yellow]note:[/yellow] layer {escape(d['layer'] or '(top)')} ({d['op']}) runs outside the "
                           f"XNNPACK delegate, in portable kernels: the delegate's lowering failed on it ({escape(d['why'])})")

@@ -15,6 +15,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "onnx": ("torch", "onnx", "onnxscript", "onnxruntime"),
     "tf": ("tensorflow", "tf2onnx"),
     "ray": ("ray",),  # check --executor ray
+    "lm": ("torch", "transformers", "safetensors", "tokenizers"),  # decoder LM folders
 }
 
 # distribution names reported in tool_versions

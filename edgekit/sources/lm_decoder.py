@@ -67,15 +67,20 @@ def _classes() -> dict:
     from torch import nn
 
     class RMSNorm(nn.Module):
+        """x / RMS(x) × weight, in float32 as Hugging Face's."""
+
         def __init__(self, size: int, eps: float):
             super().__init__()
             self.weight = nn.Parameter(torch.ones(size))
             self.eps = eps
 
         def forward(self, x):
+            """x normalised by its root mean square over the last dimension, scaled."""
             return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
     class Attention(nn.Module):
+        """Grouped-query attention over the static cache, the new keys and values written into it first."""
+
         def __init__(self, cfg: DecoderConfig):
             super().__init__()
             d, hd = cfg.hidden_size, cfg.head_dim
@@ -89,6 +94,7 @@ def _classes() -> dict:
             self.cfg = cfg
 
         def forward(self, x, cos, sin, mask, write, keep, k_cache, v_cache):
+            """(the attention output, this layer's keys and values with the T new ones written at their positions)."""
             c, t = self.cfg, x.shape[1]
             q = self.q_proj(x).view(t, c.heads, c.head_dim).transpose(0, 1)  # heads × T × size
             k = self.k_proj(x).view(t, c.kv_heads, c.head_dim).transpose(0, 1)
@@ -106,6 +112,8 @@ def _classes() -> dict:
             return self.o_proj(out), k_cache, v_cache
 
     class MLP(nn.Module):
+        """SwiGLU: down(silu(gate(x)) × up(x))."""
+
         def __init__(self, cfg: DecoderConfig):
             super().__init__()
             self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
@@ -113,9 +121,12 @@ def _classes() -> dict:
             self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
         def forward(self, x):
+            """The feed-forward block's output."""
             return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
     class Layer(nn.Module):
+        """One pre-norm decoder layer: attention and MLP, each added to the residual stream."""
+
         def __init__(self, cfg: DecoderConfig):
             super().__init__()
             self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
@@ -124,11 +135,14 @@ def _classes() -> dict:
             self.mlp = MLP(cfg)
 
         def forward(self, x, *attention_args):
+            """(the residual stream after this layer, its keys, its values)."""
             h, k_cache, v_cache = self.self_attn(self.input_layernorm(x), *attention_args)
             x = x + h
             return x + self.mlp(self.post_attention_layernorm(x)), k_cache, v_cache
 
     class Body(nn.Module):
+        """Hugging Face's `model.*` tree: the embedding, the layers, the final norm."""
+
         def __init__(self, cfg: DecoderConfig):
             super().__init__()
             self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
@@ -151,6 +165,7 @@ def _classes() -> dict:
             self.register_buffer("rope_sin", angles.sin(), persistent=False)
 
         def forward(self, tokens, input_pos, k_cache, v_cache):
+            """(logits for each of the T tokens, the caches with the T tokens written)."""
             c, t = self.cfg, tokens.shape[1]
             cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]  # T × size
             positions = torch.arange(self.max_seq_len, dtype=torch.int64)

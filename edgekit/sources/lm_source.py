@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.core.artifact import ModelArtifact
+from edgekit.core.deps import require
 from edgekit.core.errors import BadInput
 from edgekit.core.signature import Signature, TensorSpec
 from edgekit.sources.lm_folder import TOKENIZER, DecoderConfig, weight_files
@@ -30,6 +31,7 @@ class LMSource:
     def __init__(self, location: str, max_seq_len: int | None = None, prefill_len: int | None = None):
         from edgekit.sources.lm_decoder import load_weights  # local: the module imports torch's weights reader
 
+        require("lm", "opening a decoder LM folder")
         self.folder = Path(location)
         self.config = DecoderConfig.read(self.folder)
         self.max_seq_len = max_seq_len or min(self.config.max_positions, DEFAULT_MAX_SEQ_LEN)
