@@ -5,7 +5,8 @@ int8-weights and int4-weights are torchao's `Int8DynamicActivationIntxWeightConf
 int4 in groups of `--group-size`): the linear kernels ExecuTorch's XNNPACK delegate runs on quantized
 weights take activations quantized per token at run time (8da8w, 8da4w). Its weight-only form
 (`IntxWeightOnlyConfig`) lowers here to programs whose logits are wrong, so it is not offered. The
-embedding table stays float.
+embedding table is int8 per row, looked up by ExecuTorch's `quantized_decomposed::embedding_byte` (as its
+own LLM export does): the program then needs the quantized kernel library, which its inspection declares.
 """
 
 from __future__ import annotations
@@ -39,12 +40,15 @@ class LmToPte(Converter):
         group = spec.group_size if precision == "int4-weights" else None
         if precision != "fp32":
             _quantize(module, precision, group, keep)
+            if not lm_common.is_kept("model.embed_tokens", keep):
+                module.model.embed_tokens = _int8_embedding(module.model.embed_tokens)
         programs = {name: torch.export.export(module, args) for name, args in lm_common.entry_points(source).items()}
         lowered, left_out = lower(programs)
         out_path.write_bytes(lowered.to_executorch().buffer)
         weights = {"fp32": "float32", "int8-weights": "int8 per channel", "int4-weights": f"int4 in groups of {group}"}[precision]
         activations = "float32" if precision == "fp32" else "int8, quantized per token at run time (XNNPACK's kernel)"
-        lm = lm_common.record(source, precision, weights=weights, activations=activations, embedding="float32",
+        embedding = "int8 per row (embedding_byte)" if precision != "fp32" and not lm_common.is_kept("model.embed_tokens", keep) else "float32"
+        lm = lm_common.record(source, precision, weights=weights, activations=activations, embedding=embedding,
                               keep=keep, group_size=group)
         return ModelArtifact("pte", str(out_path), src.signature, precision,
                              meta=ArtifactMeta(outside_delegate=tuple(left_out), lm=lm))
@@ -60,3 +64,26 @@ def _quantize(module, precision: str, group: int | None, keep: tuple[str, ...]) 
     else:
         config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group))
     quantize_(module, config, filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and not lm_common.is_kept(fqn, keep))
+
+
+def _int8_embedding(embedding):
+    """`embedding` as int8 rows with a float scale each, looked up by ExecuTorch's embedding_byte kernel."""
+    import torch
+    import executorch.exir.passes._quant_patterns_and_replacements  # noqa: F401 - defines quantized_decomposed::embedding_byte
+
+    table = embedding.weight.detach()
+    scales = table.abs().amax(dim=1).clamp(min=1e-12) / 127
+
+    class Int8Embedding(torch.nn.Module):
+        """An int8 table with a scale per row."""
+
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("weight", torch.clamp(torch.round(table / scales[:, None]), -127, 127).to(torch.int8))
+            self.register_buffer("scales", scales)
+
+        def forward(self, indices):
+            """The float rows of `indices`."""
+            return torch.ops.quantized_decomposed.embedding_byte.default(self.weight, self.scales, None, -128, 127, indices)
+
+    return Int8Embedding()

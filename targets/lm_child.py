@@ -3,8 +3,8 @@
     python -m edgekit.targets.lm_child FORMAT ARTIFACT JOB.json OUT.npz
 
 JOB.json: `windows` (an .npz whose `tokens` is windows × positions of token ids), `prefill_len`,
-`cache_shape`, `generate` (how many tokens to generate greedily after the first window's prefill) and
-`threads`. Each window is fed as an app feeds it — `prefill` with its first `prefill_len` tokens from an
+`cache_shape`, `generate` (how many tokens to generate greedily after the first window's prefill),
+`threads` and `needed` (the modules the artifact declares it needs beyond its runtime: a kernel library). Each window is fed as an app feeds it — `prefill` with its first `prefill_len` tokens from an
 empty cache, then `decode` one token at a time, each step's cache going into the next — and the logits
 of every position are kept (teacher forcing: the next token fed is the text's, not the artifact's guess).
 OUT.npz: `logits` (windows × positions × vocabulary, float32), `generated` (the greedy tokens), and
@@ -14,6 +14,7 @@ Only the artifact's runtime is imported; a native crash ends only this process.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
@@ -63,6 +64,8 @@ def main(argv: list[str]) -> int:
     runtime_only(fmt)
     with open(job_path) as f:
         job = json.load(f)
+    for module in job.get("needed", ()):  # what the artifact declares it needs beyond its runtime, and only that
+        importlib.import_module(module)
     calls = by_format(fmt).backend.lm_entry_points(path, job.get("threads", 1))
     missing = [n for n in ("prefill", "decode") if n not in calls]
     if missing:

@@ -26,6 +26,13 @@ SAMPLE_LM = REPO / "sample_models" / "tiny_lm"
 SAMPLE_TEXT = REPO / "sample_models" / "tiny_lm_eval.txt"
 
 
+def test_near_ties_are_the_disagreements_where_the_source_hesitates():
+    ref = np.log(np.array([[[0.50, 0.48, 0.02], [0.9, 0.05, 0.05], [0.6, 0.2, 0.2]]]))
+    out = np.log(np.array([[[0.40, 0.58, 0.02], [0.1, 0.85, 0.05], [0.6, 0.2, 0.2]]]))
+    m = lm_metrics(ref, out, np.array([[0, 1, 2]]), np.array([]), np.array([]))
+    assert (m["disagreements"], m["near_ties"]) == (2, 1)  # the first position hesitated (0.50 vs 0.48), the second not
+
+
 def test_perplexity_is_exp_of_the_mean_negative_log_likelihood():
     logits = np.log(np.array([[[0.5, 0.25, 0.25], [0.1, 0.8, 0.1], [1 / 3, 1 / 3, 1 / 3]]]))
     windows = np.array([[0, 1, 2]])  # next tokens 1 (p 0.25) and 2 (p 0.1)
@@ -43,8 +50,9 @@ def test_lm_metrics_and_verdict():
     m = lm_metrics(ref, flipped, windows, np.arange(4), np.array([0, 1, 9, 3]))
     assert m["token_agreement"] == pytest.approx(15 / 16)
     assert m["generated_agreement"] == 0.5  # the same up to the first difference, then different texts
+    assert m["disagreements"] == 1 and m["near_ties"] in (0, 1)
     verdict = lm_verdict(m, {"token_agreement": 0.98, "perplexity_ratio": 1.5}, 2)
-    assert verdict.status == Status.FAIL and verdict.reasons == ("token_agreement 0.9375 < 0.98",)
+    assert verdict.status == Status.FAIL and verdict.reasons[0].startswith("token_agreement 0.9375 < 0.98 (1 of 16 next tokens differ;")
     assert common_prefix(np.array([1, 2, 3]), np.array([1, 2])) == 2
 
 

@@ -6,6 +6,8 @@ the source's on held-out text (pure functions on arrays; the runs are edgekit.en
 - `perplexity_source`, `perplexity_artifact` and their `perplexity_ratio`, on the text's own next tokens;
 - `generated_agreement`: the share of the source's first N greedy tokens the artifact generates the same,
   up to the first that differs (after that the two continue different texts).
+Where the next tokens differ, `near_ties` counts the positions at which the source itself hesitates (its top
+two tokens within NEAR_TIE of probability): a small LM hesitates often, and any rounding flips some of those.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from edgekit.core.verify import LM_METRICS, Status, Verdict
+
+NEAR_TIE = 0.05  # a position whose source gives its top two tokens probabilities this close is a near-tie
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -43,7 +47,11 @@ def lm_metrics(reference: np.ndarray, artifact: np.ndarray, windows: np.ndarray,
     norms = np.linalg.norm(r, axis=1) * np.linalg.norm(o, axis=1)
     cos = np.where(norms > 0, (r * o).sum(axis=1) / np.maximum(norms, 1e-300), 1.0)
     ppl_ref, ppl_out = perplexity(reference, windows), perplexity(artifact, windows)
-    out = {"token_agreement": round(float(np.mean(r.argmax(1) == o.argmax(1))), 6),
+    differ = r.argmax(1) != o.argmax(1)
+    probs = np.exp(_log_softmax(r[differ]))
+    top2 = np.sort(probs, axis=1)[:, -2:] if len(probs) else np.zeros((0, 2))
+    out = {"token_agreement": round(float(np.mean(~differ)), 6),
+           "disagreements": int(differ.sum()), "near_ties": int(np.sum(top2[:, 1] - top2[:, 0] < NEAR_TIE)),
            "logits_cosine": round(float(cos.mean()), 6),
            "perplexity_source": round(ppl_ref, 4), "perplexity_artifact": round(ppl_out, 4),
            "perplexity_ratio": round(ppl_out / ppl_ref, 6), "positions": int(r.shape[0])}
@@ -61,6 +69,10 @@ def lm_verdict(metrics: dict, thresholds: dict, windows: int, inspection=None, n
             continue
         value = metrics[key]
         if (value < limit) if LM_METRICS[key] else (value > limit):
-            reasons.append(f"{key} {value:.6g} {'<' if LM_METRICS[key] else '>'} {limit:g}")
+            reason = f"{key} {value:.6g} {'<' if LM_METRICS[key] else '>'} {limit:g}"
+            if key == "token_agreement":
+                reason += (f" ({metrics['disagreements']} of {metrics['positions']} next tokens differ; "
+                           f"{metrics['near_ties']} of them where the source's top two are within {NEAR_TIE:g} of probability)")
+            reasons.append(reason)
     return Verdict(Status.FAIL if reasons else Status.PASS, windows, {"logits": metrics}, dict(thresholds),
                    reasons=tuple(reasons), inspection=inspection, notes=notes)

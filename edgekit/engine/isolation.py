@@ -206,16 +206,17 @@ def latency_isolated(fmt: str, path: str, threads: tuple[int, ...], *, inputs: s
 
 
 def lm_steps_isolated(fmt: str, path: str, windows: np.ndarray, *, prefill_len: int, cache_shape, generate: int = 0,
-                      threads: int = 1, timeout: float = 1800) -> dict[str, np.ndarray]:
+                      threads: int = 1, needed: tuple[str, ...] = (), timeout: float = 1800) -> dict[str, np.ndarray]:
     """A decoder LM artifact run token by token through its runtime with its cache, in a child process
-    (edgekit.targets.lm_child): its logits on `windows`, its greedy tokens, the seconds of each call."""
+    (edgekit.targets.lm_child): its logits on `windows`, its greedy tokens, the seconds of each call. `needed`:
+    the modules the artifact declares it needs beyond its runtime (a kernel library), imported there too."""
     require(by_format(fmt).extra, f"running a .{fmt} language model")
     with _job_dir() as tmp:
         job_path, win_path, out_path = (os.path.join(tmp, n) for n in ("job.json", "windows.npz", "out.npz"))
         np.savez(win_path, tokens=windows)
         with open(job_path, "w") as f:
             json.dump({"windows": win_path, "prefill_len": prefill_len, "cache_shape": list(cache_shape),
-                       "generate": generate, "threads": threads}, f)
+                       "generate": generate, "threads": threads, "needed": list(needed)}, f)
         _child(["edgekit.targets.lm_child", fmt, str(path), job_path, out_path], fmt, str(path), timeout)
         with np.load(out_path) as out:
             return {k: out[k] for k in out.files}

@@ -82,8 +82,10 @@ def run_lm(plan, source, say: Progress) -> list[ArtifactResult]:
                 tell(f"verifying in {target.runtime}: {windows.size} tokens, token by token with its cache")
                 started = time.perf_counter()
                 inspection = inspect_isolated(artifact.format, artifact.path)
+                needed = tuple(sorted({m for need in inspection.needs for m in need.modules}))
                 ran = lm_steps_isolated(artifact.format, artifact.path, windows, prefill_len=source.prefill_len,
-                                        cache_shape=source.config.cache_shape(source.max_seq_len), generate=count)
+                                        cache_shape=source.config.cache_shape(source.max_seq_len), generate=count,
+                                        needed=needed)
                 metrics = lm_metrics(reference, ran["logits"], windows, ref_generated, ran["generated"])
                 verdict = lm_verdict(metrics, thresholds, len(windows), inspection)
                 tell(f"{verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
