@@ -61,14 +61,38 @@ def thresholds_for(precision: str, asked: dict) -> dict:
     return {**base, **{k: v for k, v in asked.items() if k in LM_METRICS}}
 
 
+class LMCheck:
+    """What every artifact of one LM run is judged on: the held-out windows, the source's logits on them and
+    its greedy tokens, computed once."""
+
+    def __init__(self, source, eval_data: str | None, say: Progress):
+        self.source = source
+        self.windows = eval_windows(source, eval_data)
+        say(f"running the source model on {self.windows.shape[0]} window(s) of {self.windows.shape[1]} tokens")
+        self.reference = source.reference_logits(self.windows)
+        self.count = min(GENERATED, source.max_seq_len - source.prefill_len)
+        self.generated = source.reference_generate(self.windows[0, :source.prefill_len], self.count)
+
+    def verify(self, artifact, thresholds: dict, tell: Progress, runtime: str):
+        """The artifact run token by token in its runtime (loading only what it declares it needs), judged."""
+        source = self.source
+        tell(f"verifying in {runtime}: {self.windows.size} tokens, token by token with its cache")
+        started = time.perf_counter()
+        inspection = inspect_isolated(artifact.format, artifact.path)
+        needed = tuple(sorted({m for need in inspection.needs for m in need.modules}))
+        ran = lm_steps_isolated(artifact.format, artifact.path, self.windows, prefill_len=source.prefill_len,
+                                cache_shape=source.config.cache_shape(source.max_seq_len), generate=self.count,
+                                needed=needed)
+        metrics = lm_metrics(self.reference, ran["logits"], self.windows, self.generated, ran["generated"])
+        verdict = lm_verdict(metrics, thresholds, len(self.windows), inspection)
+        tell(f"{verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
+        return verdict
+
+
 def run_lm(plan, source, say: Progress) -> list[ArtifactResult]:
     """Build, verify and place every route of `plan` for the opened LM `source`."""
     req = plan.request
-    windows = eval_windows(source, req.eval_data)
-    say(f"running the source model on {windows.shape[0]} window(s) of {windows.shape[1]} tokens")
-    reference = source.reference_logits(windows)
-    count = min(GENERATED, source.max_seq_len - source.prefill_len)
-    ref_generated = source.reference_generate(windows[0, :source.prefill_len], count)
+    check = LMCheck(source, req.eval_data, say)
     thresholds = thresholds_for(req.precision, req.thresholds)
     out_dir, results = Path(req.out_dir), []
     with run_folder(out_dir) as work:
@@ -79,19 +103,27 @@ def run_lm(plan, source, say: Progress) -> list[ArtifactResult]:
                 tell = lambda msg, name=target.name: say(f"{name}: {msg}")  # noqa: E731
                 ctx = ConvertContext(source, tmp, spec=req.quant, ort_platform=req.ort_platform)
                 artifact = build(route, ctx, stem_of(req.source), tell, shared, target.name)
-                tell(f"verifying in {target.runtime}: {windows.size} tokens, token by token with its cache")
-                started = time.perf_counter()
-                inspection = inspect_isolated(artifact.format, artifact.path)
-                needed = tuple(sorted({m for need in inspection.needs for m in need.modules}))
-                ran = lm_steps_isolated(artifact.format, artifact.path, windows, prefill_len=source.prefill_len,
-                                        cache_shape=source.config.cache_shape(source.max_seq_len), generate=count,
-                                        needed=needed)
-                metrics = lm_metrics(reference, ran["logits"], windows, ref_generated, ran["generated"])
-                verdict = lm_verdict(metrics, thresholds, len(windows), inspection)
-                tell(f"{verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
+                verdict = check.verify(artifact, thresholds, tell, target.runtime)
                 measured = ArtifactResult.measured(target.name, artifact, verdict)
                 results.append(ArtifactResult(measured.target, place(artifact, out_dir, work), verdict,
                                               measured.bytes, measured.sha256))
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+    return results
+
+
+def verify_given_lm(req, source, given, thresholds_for_precision, say: Progress) -> list[ArtifactResult]:
+    """LM artifacts made elsewhere ((path, format, files, precision) each), each verified against `source`."""
+    from edgekit.core.artifact import ArtifactMeta, ModelArtifact  # local: only artifacts made elsewhere need a record
+    from edgekit.targets import by_format  # local: the table of targets, for the runtime's name
+
+    check = LMCheck(source, req.eval_data, say)
+    results = []
+    for path, fmt, files, precision in given:
+        target = by_format(fmt)
+        artifact = ModelArtifact(fmt, str(path), source.artifact.signature, precision, files=files,
+                                 meta=ArtifactMeta(route=("given",), seconds=0.0))
+        thresholds = thresholds_for(precision, thresholds_for_precision(precision) if thresholds_for_precision else {})
+        verdict = check.verify(artifact, thresholds, lambda msg, n=target.name: say(f"{n}: {msg}"), target.runtime)
+        results.append(ArtifactResult.measured(target.name, artifact, verdict))
     return results

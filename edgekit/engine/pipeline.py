@@ -187,6 +187,24 @@ def _convert_lm(p: Plan, say: Progress, sources: Sources) -> ConvertResult:
     return ConvertResult(source.artifact, source.artifact.sha256, tuple(results), p.warnings)
 
 
+def _verify_lm(req: ConvertRequest, paths: list[str], thresholds_for, say: Progress, sources: Sources) -> ConvertResult:
+    """Decoder LM artifacts made elsewhere, verified token by token against the LM folder they came from; the
+    precision is read from each file's name (model.int4-weights.pte), else fp32."""
+    from edgekit.engine.lm_job import verify_given_lm  # local: only a decoder LM's run needs it
+
+    given = []
+    for p in paths:
+        fmt = detect(p)
+        if fmt not in {t.format for t in TARGETS.values()}:
+            raise BadInput(f"{p} is a {fmt} model, not an artifact edgekit can verify", fix="give .tflite, .pte or .onnx files")
+        with reading(p, f"the .{fmt} artifact"):
+            given.append((p, fmt, artifact_files(fmt, p), split_name(Path(p))[1] or "fp32"))
+    with run_folder(Path(req.out_dir)):
+        source = sources.open(req.source, req.source_options, say)
+        results = verify_given_lm(req, source, given, thresholds_for, say)
+    return ConvertResult(source.artifact, source.artifact.sha256, tuple(results), ())
+
+
 def _fingerprint(samples: SampleSet) -> str:
     h = hashlib.sha256()
     for name in sorted(samples.inputs):
@@ -203,6 +221,8 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
     thresholds are edgekit's for that precision updated with `thresholds_for(precision)`.
     """
     say = progress or (lambda _msg: None)
+    if FORMATS[detect(req.source)].family == "lm":
+        return _verify_lm(req, paths, thresholds_for, say, sources or Sources())
     given = []  # (path, format, files, inspection): every artifact is read, as `edgekit report` reads it, first
     for p in paths:
         fmt = detect(p)

@@ -13,7 +13,9 @@ from edgekit.core.verify import HIGHER_IS_BETTER, parse_output_kinds
 from edgekit.sources.loading import SourceOptions
 
 LATENCY_BUDGETS = ("max_latency_ms", "min_int8_speedup")  # host CPU latency at 1 thread (edgekit.features.bench)
-BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *LATENCY_BUDGETS, *HIGHER_IS_BETTER}
+# a decoder LM's budgets by the names its metrics' limits read as (min_token_agreement = 0.98)
+LM_BUDGETS = {"min_token_agreement": "token_agreement", "max_perplexity_ratio": "perplexity_ratio"}
+BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *LATENCY_BUDGETS, *HIGHER_IS_BETTER, *LM_BUDGETS}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
 MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
               "bias_correction", "smooth_quant", "int16_stem", "int16_activations", "budgets", "artifacts", "search", "output_kinds"}
@@ -201,9 +203,9 @@ def _budgets(raw, where: str) -> dict:
         if key in PRECISIONS:
             if not isinstance(value, dict):
                 raise BadInput(f"{where}.budgets.{key} must be a table")
-            out[key] = {k: _limit(k, v, f"{where}.budgets.{key}") for k, v in value.items()}
+            out[key] = {LM_BUDGETS.get(k, k): _limit(k, v, f"{where}.budgets.{key}") for k, v in value.items()}
         else:
-            out["*"][key] = _limit(key, value, f"{where}.budgets")
+            out["*"][LM_BUDGETS.get(key, key)] = _limit(key, value, f"{where}.budgets")
     return out
 
 
