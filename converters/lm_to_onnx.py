@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
+from edgekit.core.quant import LM_PRECISIONS
 from edgekit.core.formats import onnx_files
 from edgekit.converters import lm_common
 from edgekit.converters.base import ConvertContext, Converter
@@ -28,7 +29,7 @@ class LmToOnnx(Converter):
     name = "lm_to_onnx"
     source = "lm"
     target = "onnx"
-    precisions = ("fp32", "int8-weights", "int4-weights")
+    precisions = ("fp32", *LM_PRECISIONS)
     extra = "onnx"
     cost = 1.0
     tools = ("torch", "onnx", "onnxscript", "onnxruntime")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
+from edgekit.core.quant import LM_PRECISIONS
 from edgekit.converters import lm_common
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.converters.torch_to_pte import lower
@@ -25,7 +26,7 @@ class LmToPte(Converter):
     name = "lm_to_pte"
     source = "lm"
     target = "pte"
-    precisions = ("fp32", "int8-weights", "int4-weights")
+    precisions = ("fp32", *LM_PRECISIONS)
     extra = "executorch"
     cost = 1.0
     tools = ("torch", "executorch", "torchao")

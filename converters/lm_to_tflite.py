@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
+from edgekit.core.quant import LM_PRECISIONS
 from edgekit.core.errors import BadInput
 from edgekit.converters import lm_common
 from edgekit.converters.base import ConvertContext, Converter
@@ -24,7 +25,7 @@ class LmToTflite(Converter):
     name = "lm_to_tflite"
     source = "lm"
     target = "tflite"
-    precisions = ("fp32", "int8-weights", "int4-weights")
+    precisions = ("fp32", *LM_PRECISIONS)
     extra = "tflite"
     cost = 1.0
     tools = ("torch", "litert_torch", "ai_edge_quantizer")

@@ -91,7 +91,7 @@ def _detect(text: str) -> str:
         if (path / "config.json").is_file() and any(path.glob("model*.safetensors*")):
             return "hf-causal-lm"
         raise BadInput(
-            f"{text} is a directory but neither a TensorFlow SavedModel (no saved_model.pb inside) nor a "
+            f"{text} is a directory but not a TensorFlow SavedModel (no saved_model.pb inside), nor a "
             "Hugging Face model folder (config.json and safetensors weights)",
             fix="point at a SavedModel or model folder, or at a model file",
         )
