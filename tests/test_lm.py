@@ -188,3 +188,10 @@ def test_a_check_budget_on_an_lm_fails_when_a_broken_weight_pushes_perplexity_pa
             assert checked.returncode == 1, checked.stdout + checked.stderr[-2000:]
             assert "FAIL tiny_lm onnx fp32" in checked.stdout and "perplexity_ratio" in checked.stdout
             assert "> 1.02" in checked.stdout
+
+
+def test_a_decoder_lm_at_a_precision_it_does_not_take_exits_2_naming_the_ones_it_does(tmp_path):
+    proc = run_cli("convert", str(SAMPLE_LM), "-t", "onnx", "-p", "int8", "-o", str(tmp_path))
+    assert proc.returncode == 2 and "converted at fp32, int8-weights or int4-weights, not int8" in proc.stderr
+    proc = run_cli("convert", str(SAMPLE_LM), "-t", "ort", "-p", "int4-weights", "-o", str(tmp_path))
+    assert proc.returncode == 2 and "no route from hf-causal-lm to ort at int4-weights" in proc.stderr

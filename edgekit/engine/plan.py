@@ -9,8 +9,8 @@ from pathlib import Path
 
 from edgekit.converters.base import converters, node_of
 from edgekit.core.errors import BadInput
-from edgekit.core.formats import detect
-from edgekit.core.quant import Lack
+from edgekit.core.formats import FORMATS, detect
+from edgekit.core.quant import LM_PRECISIONS, Lack
 from edgekit.core.verify import THRESHOLDS
 from edgekit.engine.build import stem_of
 from edgekit.engine.graph import Graph, Route
@@ -47,6 +47,9 @@ def plan(req: ConvertRequest) -> Plan:
     """Every target's route, checked: the method, passes and layer overrides asked for exist on each."""
     thresholds = {**THRESHOLDS.get(req.precision, {}), **req.thresholds, **{b.metric: b.limit for b in req.search.budgets}}
     source_format = detect(req.source)  # fail fast on a bad path, before loading anything heavy
+    if FORMATS[source_format].family == "lm" and req.precision not in ("fp32", *LM_PRECISIONS):
+        raise BadInput(f"a decoder LM is converted at fp32, {' or '.join(LM_PRECISIONS)}, not {req.precision}",
+                       fix="give -p int8-weights or -p int4-weights (weights quantized; no calibration needed)")
     graph = Graph()
     targets = resolve_targets(req.targets, source_format, req.precision, graph)
     if not targets:
