@@ -11,7 +11,10 @@ activations to int8 at run time.
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
+
+import numpy as np
 
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.quant import LM_PRECISIONS
@@ -89,7 +92,6 @@ def _int8_tables(model, keep: tuple[str, ...]) -> None:
     """Each float lookup table (a Gather on a 2-D float initializer: the embedding) stored int8 per row:
     the rows looked up are gathered as int8 with their scales and scaled to float, so nothing at run time
     dequantizes the whole table (ONNX Runtime's quantizer writes 4-bit tables only)."""
-    import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
     tables = {i.name: i for i in model.graph.initializer if i.data_type == TensorProto.FLOAT and len(i.dims) == 2}
@@ -120,8 +122,6 @@ def _int8_tables(model, keep: tuple[str, ...]) -> None:
 
 def _module(node) -> str:
     """The decoder module an exported node belongs to (`model.layers.0.mlp.up_proj`), from the exporter's scopes."""
-    import ast
-
     scopes = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"), "[]")
     names = ast.literal_eval(scopes)
     return names[-2] if len(names) >= 2 else ""

@@ -12,17 +12,20 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from edgekit.converters.base import ConvertContext
+from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import BadInput, reading
 from edgekit.core.lm_verify import lm_metrics, lm_verdict
 from edgekit.core.results import ArtifactResult
 from edgekit.core.verify import LM_FP32, LM_METRICS, THRESHOLDS
 from edgekit.engine.build import Intermediates, Progress, build, place, run_folder, stem_of
 from edgekit.engine.isolation import inspect_isolated, lm_steps_isolated
+from edgekit.targets import by_format
 
 WINDOWS = 4  # windows of held-out text each artifact is run on
 GENERATED = 32  # greedy tokens compared after the first window's prefill
@@ -104,9 +107,8 @@ def run_lm(plan, source, say: Progress) -> list[ArtifactResult]:
                 ctx = ConvertContext(source, tmp, spec=req.quant, ort_platform=req.ort_platform)
                 artifact = build(route, ctx, stem_of(req.source), tell, shared, target.name)
                 verdict = check.verify(artifact, thresholds, tell, target.runtime)
-                measured = ArtifactResult.measured(target.name, artifact, verdict)
-                results.append(ArtifactResult(measured.target, place(artifact, out_dir, work), verdict,
-                                              measured.bytes, measured.sha256))
+                measured = ArtifactResult.measured(target.name, artifact, verdict)  # before placing: bytes as verified
+                results.append(replace(measured, artifact=place(artifact, out_dir, work)))
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     return results
@@ -114,9 +116,6 @@ def run_lm(plan, source, say: Progress) -> list[ArtifactResult]:
 
 def verify_given_lm(req, source, given, thresholds_for_precision, say: Progress) -> list[ArtifactResult]:
     """LM artifacts made elsewhere ((path, format, files, precision) each), each verified against `source`."""
-    from edgekit.core.artifact import ArtifactMeta, ModelArtifact  # local: only artifacts made elsewhere need a record
-    from edgekit.targets import by_format  # local: the table of targets, for the runtime's name
-
     check = LMCheck(source, req.eval_data, say)
     results = []
     for path, fmt, files, precision in given:
