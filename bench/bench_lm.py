@@ -123,13 +123,15 @@ def raw_tflite(folder: Path, precision: str, out: Path) -> Path:
                              lm_head_share_weight_with_embedding=hf.get("tie_word_embeddings", False))
     model = model_builder.build_decoder_only_model(checkpoint_path=str(folder), config=config,
                                                    tensor_names=model_builder.TENSOR_NAMES,
-                                                   model_class=model_builder.DecoderOnlyModel, mask_cache_size=MAX_SEQ_LEN)
+                                                   model_class=model_builder.DecoderOnlyModel,
+                                                   mask_cache_size=MAX_SEQ_LEN)
     recipe = {"fp32": "none", "int8-weights": "weight_only_int8", "int4-weights": f"dynamic_int4_block{GROUP}"}[precision]
     # logits from prefill too (off by default), or the prefill positions could not be scored;
     # export_config=None crashes (the converter reads export_config.mask_as_input)
     path = converter.convert_to_tflite(model, output_path=str(out), output_name_prefix="model",
                                        prefill_seq_len=PREFILL_LEN, kv_cache_max_len=MAX_SEQ_LEN, quantize=recipe,
-                                       config=config, export_config=export_config.ExportConfig(output_logits_on_prefill=True))
+                                       config=config,
+                                       export_config=export_config.ExportConfig(output_logits_on_prefill=True))
     return Path(path)
 
 
@@ -166,8 +168,8 @@ def raw_onnx(folder: Path, precision: str, out: Path) -> Path:
                           torch.export.Dim("total", max=2 * MAX_SEQ_LEN))
     fp32 = out / "model_fp32.onnx" if precision != "fp32" else out / "model.onnx"
     with torch.no_grad():
-        torch.onnx.export(WithPast().eval(), (torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 5, dtype=torch.long), past),
-                          str(fp32), input_names=["input_ids", "attention_mask", *names],
+        example = (torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 5, dtype=torch.long), past)
+        torch.onnx.export(WithPast().eval(), example, str(fp32), input_names=["input_ids", "attention_mask", *names],
                           output_names=["logits", *[n.replace("past_key_values", "present") for n in names]],
                           dynamic_shapes=({1: seq}, {1: total}, tuple({2: before} for _ in names)),
                           dynamo=True, external_data=False)
@@ -208,7 +210,8 @@ def build_child(fmt: str, precision: str, folder: str, out: str) -> int:
 # buffers, the .tflite per-layer tensors and the .onnx growing past held here): the k and v given are passed back
 # untouched, and a prefill (always from position 0 in those loops) starts the cache empty.
 def open_raw_pte(path: str) -> dict:
-    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (the prototype's runner loads both kernel libraries)
+    # the kernel libraries the prototype's runner (et_run.py) loads for these programs
+    import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
     import executorch.kernels.quantized  # noqa: F401
     import torch
     from executorch.runtime import Runtime
@@ -217,8 +220,8 @@ def open_raw_pte(path: str) -> dict:
 
     def call(tokens, input_pos, k, v):
         # positions beyond the prefill are masked by cache_position, so a new window needs no reset
-        logits = method.execute([torch.from_numpy(np.ascontiguousarray(tokens)), torch.from_numpy(np.ascontiguousarray(input_pos))])[0]
-        return logits.numpy(), k, v
+        args = [torch.from_numpy(np.ascontiguousarray(a)) for a in (tokens, input_pos)]
+        return method.execute(args)[0].numpy(), k, v
 
     return {"prefill": call, "decode": call}
 
@@ -307,7 +310,8 @@ def run_child(tool: str, fmt: str, path: str, ref_path: str, out_path: str, need
     for times in log.values():
         times.clear()
     logits, _, _ = step_windows(calls, windows, PREFILL_LEN, shape)
-    np.savez(out_path, logits=logits, generated=generated, prefill=np.array(log["prefill"]), decode=np.array(log["decode"]))
+    np.savez(out_path, logits=logits, generated=generated, prefill=np.array(log["prefill"]),
+             decode=np.array(log["decode"]))
     return 0
 
 
