@@ -195,3 +195,13 @@ def test_a_decoder_lm_at_a_precision_it_does_not_take_exits_2_naming_the_ones_it
     assert proc.returncode == 2 and "converted at fp32, int8-weights or int4-weights, not int8" in proc.stderr
     proc = run_cli("convert", str(SAMPLE_LM), "-t", "ort", "-p", "int4-weights", "-o", str(tmp_path))
     assert proc.returncode == 2 and "no route from hf-causal-lm to ort at int4-weights" in proc.stderr
+
+
+def test_an_lm_precision_keeps_weights_float_but_takes_no_int8_only_option():
+    from edgekit.core.quant import QuantSpec, parse_overrides
+
+    assert QuantSpec("int4-weights", overrides=parse_overrides(["lm_head"])).overrides[0].precision == "float"
+    with pytest.raises(BadInput, match="--bias-correction needs --precision int8"):
+        QuantSpec("int4-weights", bias_correction=True)
+    with pytest.raises(BadInput, match="--group-size 48 is not one edgekit builds"):
+        QuantSpec("int4-weights", group_size=48)

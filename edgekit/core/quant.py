@@ -118,8 +118,8 @@ class QuantSpec:
             raise BadInput(f"unknown --optimize {self.optimize!r}", fix=f"use one of {', '.join(OPTIMIZE)}")
         if self.group_size not in GROUP_SIZES:
             raise BadInput(f"--group-size {self.group_size} is not one edgekit builds", fix=f"use one of {', '.join(map(str, GROUP_SIZES))}")
-        if self.precision == "int8" or (self.precision in LM_PRECISIONS and not self.int8_io):
-            return  # a decoder LM's --keep keeps weights float (--keep lm_head)
+        if self.precision == "int8":
+            return
         if self.int8_io:
             raise BadInput("--int8-io needs --precision int8 (or --int8)")
         if self.bias_correction:
@@ -130,7 +130,7 @@ class QuantSpec:
         if self.int16_stem or self.int16_activations:
             flag = "--int16-stem" if self.int16_stem else "--int16-activations"
             raise BadInput(f"{flag} needs --precision int8 (or --int8): it widens activations of a static int8 model")
-        if self.overrides:
+        if self.overrides and self.precision not in LM_PRECISIONS:  # a decoder LM's --keep keeps weights float
             raise BadInput("--keep needs --precision int8 (or --int8): it keeps layers of a static int8 model back")
 
     def for_backend(self, capabilities: "Capabilities", method: Method | None = None,
