@@ -4,11 +4,13 @@
 
 JOB.json: `windows` (an .npz whose `tokens` is windows × positions of token ids), `prefill_len`,
 `cache_shape`, `generate` (how many tokens to generate greedily after the first window's prefill),
-`threads` and `needed` (the modules the artifact declares it needs beyond its runtime: a kernel library). Each window is fed as an app feeds it — `prefill` with its first `prefill_len` tokens from an
+`threads` and `needed` (the modules the artifact declares it needs beyond its runtime: a kernel library).
+Each window is fed as an app feeds it — `prefill` with its first `prefill_len` tokens from an
 empty cache, then `decode` one token at a time, each step's cache going into the next — and the logits
 of every position are kept (teacher forcing: the next token fed is the text's, not the artifact's guess).
-OUT.npz: `logits` (windows × positions × vocabulary, float32), `generated` (the greedy tokens), and
-`prefill_seconds`, `decode_seconds` (per window: the prefill call, and all its decode calls together).
+OUT.npz: `logits` (windows × positions × vocabulary, float32), `generated` (the greedy tokens),
+`prefill_seconds`, `decode_seconds` (per window: the prefill call, and all its decode calls together) and
+`peak_bytes` (this process's peak resident memory: the runtime, the artifact and its caches).
 Only the artifact's runtime is imported; a native crash ends only this process.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import resource
 import sys
 import time
 
@@ -76,7 +79,9 @@ def main(argv: list[str]) -> int:
     shape, prefill = tuple(job["cache_shape"]), int(job["prefill_len"])
     logits, prefill_s, decode_s = step_windows(calls, windows, prefill, shape)
     generated = generate(calls, windows[0, :prefill], int(job.get("generate", 0)), shape)
-    np.savez(out_path, logits=logits, generated=generated, prefill_seconds=prefill_s, decode_seconds=decode_s)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # bytes (Linux reports KiB)
+    np.savez(out_path, logits=logits, generated=generated, prefill_seconds=prefill_s, decode_seconds=decode_s,
+             peak_bytes=np.array(peak))
     return 0
 
 

@@ -134,10 +134,14 @@ def sample_runs(tmp_path_factory) -> dict:
 def test_the_sample_lm_at_fp32_predicts_every_token_the_source_does(sample_runs):
     artifacts, proc, out = sample_runs["fp32"]
     assert proc.returncode == 0 and set(artifacts) == {"executorch", "tflite", "onnx"}
+    assert "tokens/s" in proc.stderr  # the speed the verification measured, said beside each artifact
     for target, a in artifacts.items():
         m = a["verification"]["metrics"]["logits"]
         assert (m["token_agreement"], m["generated_agreement"], m["positions"]) == (1.0, 1.0, 1024), (target, m)
         assert m["perplexity_ratio"] == pytest.approx(1.0, abs=1e-4)
+        speed = a["verification"]["metrics"]["speed"]  # measured by the verification run, on one thread
+        assert speed["threads"] == 1 and speed["decode_tokens_per_s"] > 0 and speed["prefill_tokens_per_s"] > 0
+        assert speed["peak_memory_mib"] > a["bytes"] / 2**20  # the runtime holds at least the weights
         assert a["lm"]["entry_points"] == ["prefill", "decode"] and a["lm"]["cache_shape"] == [4, 2, 256, 64]
         assert Path(a["path"]).parent == out and Path(a["path"]).is_file()
 

@@ -173,16 +173,18 @@ def _lm_table(result) -> Table:
     """A decoder LM's verdicts: its metrics (edgekit.core.lm_verify) and what each artifact was made of."""
     table = Table(show_header=True, header_style="bold")
     for col in ("target", "precision", "size", "verdict", "token agreement", "perplexity src → artifact",
-                "logits cosine", "generated", "weights", "cache"):
+                "logits cosine", "generated", "decode tok/s (1 thread)", "weights", "cache"):
         table.add_column(col, justify="left" if col in ("target", "precision", "verdict", "weights") else "right")
     for r in result.artifacts:
         m, lm = r.verdict.metrics.get("logits", {}), r.artifact.meta.lm or {}
+        speed = r.verdict.metrics.get("speed", {})
         ppl = f"{m['perplexity_source']:.3f} → {m['perplexity_artifact']:.3f}" if "perplexity_ratio" in m else "—"
         gen = f"{round(m['generated_agreement'] * m['generated_tokens'])}/{m['generated_tokens']}" if "generated_tokens" in m else "—"
         table.add_row(_target_label(r.target), r.artifact.precision, _size(r.bytes),
                       f"[{STATUS_STYLE[r.verdict.status]}]{r.verdict.status}[/]",
                       f"{m['token_agreement'] * 100:.2f}%" if "token_agreement" in m else "—", ppl,
                       f"{m['logits_cosine']:.5f}" if "logits_cosine" in m else "—", gen,
+                      f"{speed['decode_tokens_per_s']:.0f}" if speed.get("decode_tokens_per_s") else "—",
                       escape((lm.get("weights") or {}).get("linear", "—")),
                       _size(lm["cache_bytes"]) + f" ({lm['max_seq_len']} positions)" if lm else "—")
     return table
@@ -205,6 +207,11 @@ def _render_notes(result, console: Console) -> None:
             console.print(f"    [dim]entry points {', '.join(meta.lm['entry_points'])} (prefill {meta.lm['prefill_len']} "
                           f"tokens); weights: linears {escape(w['linear'])}, embedding {escape(w['embedding'])}{escape(kept)}; "
                           f"activations {escape(meta.lm['activations'])}[/dim]")
+            speed = r.verdict.metrics.get("speed")
+            if speed:
+                console.print(f"    [dim]as verified on this CPU, 1 thread: prefill {speed['prefill_tokens_per_s']:.0f} tokens/s, "
+                              f"decode {speed['decode_tokens_per_s'] or 0:.0f} tokens/s, peak memory "
+                              f"{speed['peak_memory_mib']:.0f} MiB[/dim]")
         for d in meta.outside_delegate:
             console.print(f"    [yellow]note:[/yellow] layer {escape(d['layer'] or '(top)')} ({d['op']}) runs outside the "
                           f"XNNPACK delegate, in portable kernels: the delegate's lowering failed on it ({escape(d['why'])})")

@@ -61,8 +61,9 @@ def lm_metrics(reference: np.ndarray, artifact: np.ndarray, windows: np.ndarray,
     return out
 
 
-def lm_verdict(metrics: dict, thresholds: dict, windows: int, inspection=None, notes: tuple[str, ...] = ()) -> Verdict:
-    """pass when every LM threshold holds (minimums for agreements and cosine, maximums for the ratio)."""
+def lm_verdict(metrics: dict, thresholds: dict, windows: int, inspection=None, speed: dict | None = None) -> Verdict:
+    """pass when every LM threshold holds (minimums for agreements and cosine, maximums for the ratio); the
+    runtime's speed as the verification measured it, if given, beside the logits' metrics (never judged)."""
     reasons = []
     for key, limit in thresholds.items():
         if key not in LM_METRICS or key not in metrics:
@@ -74,5 +75,5 @@ def lm_verdict(metrics: dict, thresholds: dict, windows: int, inspection=None, n
                 reason += (f" ({metrics['disagreements']} of {metrics['positions']} next tokens differ; "
                            f"{metrics['near_ties']} of them where the source's top two are within {NEAR_TIE:g} of probability)")
             reasons.append(reason)
-    return Verdict(Status.FAIL if reasons else Status.PASS, windows, {"logits": metrics}, dict(thresholds),
-                   reasons=tuple(reasons), inspection=inspection, notes=notes)
+    return Verdict(Status.FAIL if reasons else Status.PASS, windows, {"logits": metrics, **({"speed": speed} if speed else {})},
+                   dict(thresholds), reasons=tuple(reasons), inspection=inspection)

@@ -64,6 +64,17 @@ def thresholds_for(precision: str, asked: dict) -> dict:
     return {**base, **{k: v for k, v in asked.items() if k in LM_METRICS}}
 
 
+def speed(ran: dict, prefill_len: int) -> dict:
+    """What the verification run measured of the runtime, on one thread: prefill and decode tokens per second
+    (the median window's prefill call; every decode call, the caches passed in and out as an app does) and the
+    child process's peak memory. Host CPU figures from a verification, not a benchmark's repeated timing."""
+    windows, width = ran["logits"].shape[:2]
+    steps = windows * (width - prefill_len)
+    return {"threads": 1, "prefill_tokens_per_s": round(prefill_len / float(np.median(ran["prefill_seconds"])), 1),
+            "decode_tokens_per_s": round(steps / float(ran["decode_seconds"].sum()), 1) if steps else None,
+            "peak_memory_mib": round(float(ran["peak_bytes"]) / 2**20, 1)}
+
+
 class LMCheck:
     """What every artifact of one LM run is judged on: the held-out windows, the source's logits on them and
     its greedy tokens, computed once."""
@@ -87,7 +98,7 @@ class LMCheck:
                                 cache_shape=source.config.cache_shape(source.max_seq_len), generate=self.count,
                                 needed=needed)
         metrics = lm_metrics(self.reference, ran["logits"], self.windows, self.generated, ran["generated"])
-        verdict = lm_verdict(metrics, thresholds, len(self.windows), inspection)
+        verdict = lm_verdict(metrics, thresholds, len(self.windows), inspection, speed=speed(ran, source.prefill_len))
         tell(f"{verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
         return verdict
 
