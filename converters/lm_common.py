@@ -37,6 +37,11 @@ def is_kept(name: str, keep: tuple[str, ...]) -> bool:
     return any(name == k or name.startswith(k + ".") for k in keep)
 
 
+def weights_text(precision: str, group_size: int | None, int8: str = "int8 per channel", int4: str = "groups") -> str:
+    """How a converter stored its linears' weights at `precision`, in the words of the JSON's `lm.weights`."""
+    return {"fp32": "float32", "int8-weights": int8, "int4-weights": f"int4 in {int4} of {group_size}"}[precision]
+
+
 def record(source, precision: str, *, weights: str, activations: str, embedding: str, keep: tuple[str, ...] = (),
            group_size: int | None = None) -> dict:
     """`ArtifactMeta.lm`: the cache, the entry points and what each group of weights was made."""

@@ -52,8 +52,7 @@ class LmToOnnx(Converter):
         group = spec.group_size if precision == "int4-weights" else None
         keep = lm_common.kept(spec, module) if precision != "fp32" else ()
         _write(fp32_path, out_path, 4 if group else 8 if precision != "fp32" else None, group or INT8_BLOCK, keep)
-        weights = {"fp32": "float32", "int8-weights": f"int8 in blocks of {INT8_BLOCK}",
-                   "int4-weights": f"int4 in groups of {group}"}[precision]
+        weights = lm_common.weights_text(precision, group, int8=f"int8 in blocks of {INT8_BLOCK}")
         activations = "float32" if precision == "fp32" else "float32, quantized to int8 inside MatMulNBits (accuracy level 4)"
         embedding = "int8 per row" if precision == "int8-weights" else weights
         lm = lm_common.record(source, precision, weights=weights, activations=activations, embedding=embedding,

@@ -46,7 +46,7 @@ class LmToPte(Converter):
         programs = {name: torch.export.export(module, args) for name, args in lm_common.entry_points(source).items()}
         lowered, left_out = lower(programs)
         out_path.write_bytes(lowered.to_executorch().buffer)
-        weights = {"fp32": "float32", "int8-weights": "int8 per channel", "int4-weights": f"int4 in groups of {group}"}[precision]
+        weights = lm_common.weights_text(precision, group)
         activations = "float32" if precision == "fp32" else "int8, quantized per token at run time (XNNPACK's kernel)"
         embedding = "int8 per row (embedding_byte)" if precision != "fp32" and not lm_common.is_kept("model.embed_tokens", keep) else "float32"
         lm = lm_common.record(source, precision, weights=weights, activations=activations, embedding=embedding,

@@ -44,7 +44,7 @@ class LmToTflite(Converter):
         for name, args in lm_common.entry_points(source).items():
             converter = (converter or litert_torch).signature(name, module, args)
         converter.convert(quant_config=_recipe(precision, group)).export(str(out_path))
-        weights = {"fp32": "float32", "int8-weights": "int8 per channel", "int4-weights": f"int4 in blocks of {group}"}[precision]
+        weights = lm_common.weights_text(precision, group, int4="blocks")
         activations = {"fp32": "float32", "int8-weights": "float32 (weight-only)",
                        "int4-weights": "float32, quantized per batch row inside LiteRT's dynamic-range kernels"}[precision]
         lm = lm_common.record(source, precision, weights=weights, activations=activations,

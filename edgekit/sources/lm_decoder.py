@@ -44,8 +44,7 @@ def build_decoder(cfg: DecoderConfig, state: dict, max_seq_len: int):
     state = dict(state)
     if cfg.tied:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [m for m in missing if not m.startswith("rope_")]
+    missing, unexpected = model.load_state_dict(state, strict=False)  # RoPE tables are not persistent: never missing
     unexpected = [u for u in unexpected if not u.endswith("rotary_emb.inv_freq")]
     if missing or unexpected:
         raise BadInput(f"the weights do not fit a {cfg.architecture}: missing {missing[:3]}, unexpected {unexpected[:3]}",

@@ -102,8 +102,7 @@ class LMSource:
 
             config = transformers.AutoConfig.from_pretrained(self.folder, trust_remote_code=False, local_files_only=True)
             model = transformers.AutoModelForCausalLM.from_config(config, trust_remote_code=False, dtype=torch.float32)
-            state = {k: torch.from_numpy(np.asarray(v)) if not isinstance(v, torch.Tensor) else v for k, v in self.state.items()}
-            missing = [m for m in model.load_state_dict(state, strict=False).missing_keys
+            missing = [m for m in model.load_state_dict(self.state, strict=False).missing_keys
                        if not (self.config.tied and m == "lm_head.weight")]
             if missing:
                 raise BadInput(f"{self.folder}: the weights lack {missing[:3]}", fix="copy every safetensors file")
