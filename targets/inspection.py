@@ -69,8 +69,10 @@ def runtime_needs(fmt: str, op_counts: dict[str, int]) -> tuple[RuntimeNeed, ...
 def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: dict[str, int],
           tensors: Iterable[dict], io_dtypes: dict, delegated: dict | None = None,
           notes: Iterable[str] = (), io_shapes: dict | None = None, duplicates: Iterable[dict] = (),
-          executed: dict | None = None) -> Inspection:
-    """The shared tail of every reader: shares, float-op summary and the largest tensors."""
+          executed: dict | None = None, entry_points: dict | None = None,
+          weight_uses: Iterable[dict] = (), outside_delegate: list[str] | None = None) -> Inspection:
+    """The shared tail of every reader: shares, float-op summary and the largest tensors; the LM view (`lm_view`)
+    of its `entry_points` (default: the file's one graph, from `io_dtypes` and `io_shapes`) and `weight_uses`."""
     total = sum(weights.values())
     low = sum(n for dt, n in weights.items() if dt in INT8_FAMILY)
     groups = collections.Counter((o.type, o.mode) for o in ops if not o.int8)  # keeps first-seen order
@@ -96,7 +98,59 @@ def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: di
         needs=runtime_needs(fmt, op_counts),
         duplicates=tuple(sorted(duplicates, key=lambda d: -d["bytes"])),
         executed=executed,
+        lm=lm_view(entry_points or {"graph": lm_entry(io_dtypes, io_shapes)}, list(weight_uses), outside_delegate),
     )
+
+
+def lm_entry(io_dtypes: dict, io_shapes: dict | None) -> dict:
+    """One entry point (a method, a signature, a graph) in `lm_view`'s form: inputs and outputs as (dtype, shape
+    or None), from a reader's `io_dtypes` and `io_shapes`."""
+    shapes = io_shapes or {}
+    return {k: [(dt, (shapes.get(k) or [{}] * len(io_dtypes[k]))[i].get("shape")) for i, dt in enumerate(io_dtypes.get(k, []))]
+            for k in ("inputs", "outputs")}
+
+
+def lm_view(entry_points: dict, weight_uses: list[dict], outside_delegate: list[str] | None = None) -> dict | None:
+    """A decoder LM's facts from its file, or None when an entry point's inputs and outputs are not
+    (tokens [1, T], positions [T], k cache, v cache) → (logits [1, T, vocab], k cache, v cache), the form every LM
+    converter writes. `entry_points`: name → {"inputs", "outputs"}, each a list of (dtype, shape); `weight_uses`:
+    the constants a lookup or a matmul reads, each {role: "lookup" | "matmul", dtype, dims, bytes, scheme}.
+    Gives tokens per call of each entry point (None: any count), the cache (shape, dtype, bytes of both), the
+    vocabulary, the weights by group (embedding: a lookup's table; lm_head: a matmul weight with a vocabulary-sized
+    dimension; linears: the other matmul weights; a table looked up by position is none of these) with their
+    dtype and scheme, and `outside_delegate`: the compute ops a delegating runtime (.pte) leaves to its own kernels."""
+    tokens, cache = {}, None
+    for name, io in entry_points.items():
+        ins, outs = io["inputs"], io["outputs"]
+        if len(ins) != 4 or len(outs) != 3 or any(s is None for _, s in ins + outs):
+            return None
+        (tok_t, tok), (pos_t, _), (k_t, k), (v_t, v) = ins
+        if not (tok_t.startswith("int") and pos_t.startswith("int") and len(tok) == 2 and len(k) == 4 and k == v
+                and len(outs[0][1]) == 3 and outs[1][1] == k and k_t == v_t and k_t.startswith("float")):
+            return None
+        tokens[name] = tok[1] if isinstance(tok[1], int) else None
+        cache = (k_t, k, outs[0][1][-1])
+    if cache is None:
+        return None
+    dtype, shape, vocab = cache
+    groups: dict[tuple, dict] = {}
+    for use in weight_uses:
+        if use["role"] == "lookup" and (vocab not in use["dims"] or len(use["dims"]) < 2):
+            continue  # a table looked up by position (RoPE) or a lookup's scales, not the embedding
+        group = "embedding" if use["role"] == "lookup" else "lm_head" if vocab in use["dims"] else "linears"
+        g = groups.setdefault((group, use["dtype"], use.get("scheme") or ""), {"tensors": 0, "bytes": 0})
+        g["tensors"] += 1
+        g["bytes"] += use["bytes"]
+    view = {"entry_points": tokens, "vocab": vocab, "max_seq_len": shape[2],
+            "cache": {"shape": list(shape), "dtype": dtype, "bytes": 2 * math.prod(shape) * _itemsize(dtype)},
+            "weights": [{"group": g, "dtype": dt, "scheme": sc, **n} for (g, dt, sc), n in sorted(groups.items())]}
+    if outside_delegate is not None:
+        view["outside_delegate"] = list(outside_delegate)
+    return view
+
+
+def _itemsize(dtype: str) -> int:
+    return {"float16": 2, "bfloat16": 2, "float64": 8}.get(dtype, 4)
 
 
 def executed_view(fmt: str, runtime: str, ops: list[OpInfo], macs: dict[str, int] | None = None, **extra) -> dict:

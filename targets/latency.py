@@ -32,6 +32,7 @@ import numpy as np
 
 from edgekit.core.process import die_with_parent
 from edgekit.targets import by_format, runtime_only
+from edgekit.targets.lm_child import timed_calls
 
 WARMUP_SECONDS = 0.3
 MIN_RUNS = 20
@@ -189,6 +190,9 @@ def measure(job: dict) -> dict:
     opener = by_format(fmt).backend.open_timed
     timings, specs = [], []
     min_seconds, max_seconds = job.get("min_seconds", MIN_SECONDS), job.get("max_seconds", MAX_SECONDS)
+    if job.get("lm"):
+        timings, specs = _lm_timings(fmt, path, job["threads"], job["lm"], min_seconds, max_seconds)
+        return {"timings": timings, "inputs": specs, "peak_rss_bytes": _peak_bytes(), "runtime_rss_bytes": runtime_rss}
     for threads in job["threads"]:
         pooled, stable = [], True
         for _ in range(ROUNDS):  # fresh instances: where the runtime put its buffers changes the latency too
@@ -200,6 +204,34 @@ def measure(job: dict) -> dict:
             gc.collect()
         timings.append(Timing.of(threads, pooled, stable).to_json())
     return {"timings": timings, "inputs": specs, "peak_rss_bytes": _peak_bytes(), "runtime_rss_bytes": runtime_rss}
+
+
+def _lm_timings(fmt: str, path: str, threads: list[int], lm: dict, min_seconds: float,
+                max_seconds: float) -> tuple[list[dict], list[dict]]:
+    """A decoder LM's timings (`lm`: prefill_len, cache_shape, vocab; edgekit.targets.lm_child.timed_calls):
+    per thread count, the decode call's Timing (milliseconds per generated token) with the prefill call's median
+    and both as tokens per second; ROUNDS fresh instances pooled, as for any artifact."""
+    out = []
+    for n in threads:
+        pooled = {"prefill": [], "decode": []}
+        stable = True
+        for _ in range(ROUNDS):
+            calls = timed_calls(by_format(fmt).backend.lm_entry_points(path, n), lm["prefill_len"],
+                                tuple(lm["cache_shape"]), lm["vocab"])
+            for name, call in calls.items():
+                seconds, settled_ = samples(call, min_seconds=min_seconds / ROUNDS / 2,
+                                            max_seconds=max_seconds / ROUNDS / 2)
+                pooled[name] += seconds
+                stable = stable and settled_
+            del calls
+            gc.collect()
+        decode = Timing.of(n, pooled["decode"], stable).to_json()
+        prefill_ms = float(np.median(pooled["prefill"])) * 1e3
+        out.append(decode | {"prefill_ms": prefill_ms, "prefill_tokens_per_s": lm["prefill_len"] / prefill_ms * 1e3,
+                             "decode_tokens_per_s": 1e3 / decode["median_ms"]})
+    specs = [{"name": "tokens", "shape": [1, lm["prefill_len"]], "dtype": "int64"},
+             {"name": "cache", "shape": list(lm["cache_shape"]), "dtype": "float32"}]
+    return out, specs
 
 
 def main(argv: list[str]) -> int:

@@ -61,6 +61,26 @@ def generate(calls: dict, prompt: np.ndarray, count: int, cache_shape) -> np.nda
     return np.array(tokens, np.int64)
 
 
+def timed_calls(calls: dict, prefill_len: int, cache_shape, vocab: int, seed: int = 0) -> dict:
+    """What `edgekit bench` times of a decoder LM: `prefill` (its `prefill_len` tokens from an empty cache, as an
+    app's first call) and `decode` (one token at the next position, the cache carried from call to call, the
+    position wrapping back to `prefill_len` at the cache's end), on seeded random tokens."""
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, vocab, (1, prefill_len), dtype=np.int64)
+    empty = np.zeros(cache_shape, np.float32)
+    state = {"k": empty.copy(), "v": empty.copy(), "pos": prefill_len}
+
+    def prefill():
+        calls["prefill"](prompt, np.arange(prefill_len, dtype=np.int64), empty, empty)
+
+    def decode():
+        token = rng.integers(0, vocab, (1, 1), dtype=np.int64)
+        _, state["k"], state["v"] = calls["decode"](token, np.array([state["pos"]], np.int64), state["k"], state["v"])
+        state["pos"] = state["pos"] + 1 if state["pos"] + 1 < cache_shape[2] else prefill_len
+
+    return {"prefill": prefill, "decode": decode}
+
+
 def main(argv: list[str]) -> int:
     die_with_parent()
     fmt, path, job_path, out_path = argv

@@ -211,3 +211,47 @@ def test_an_lm_precision_keeps_weights_float_but_takes_no_int8_only_option():
         QuantSpec("int4-weights", bias_correction=True)
     with pytest.raises(BadInput, match="--group-size 48 is not one edgekit builds"):
         QuantSpec("int4-weights", group_size=48)
+
+
+def test_the_lm_view_reads_entry_points_cache_and_weight_groups_from_inputs_outputs_and_uses():
+    from edgekit.targets.inspection import lm_view
+
+    cache = ("float32", [2, 1, 16, 8])
+    step = {"inputs": [("int64", [1, 4]), ("int64", [4]), cache, cache],
+            "outputs": [("float32", [1, 4, 50]), cache, cache]}
+    uses = [{"role": "lookup", "dtype": "int8", "dims": [50, 16], "bytes": 800, "scheme": "per row"},
+            {"role": "lookup", "dtype": "float32", "dims": [16, 4], "bytes": 256, "scheme": ""},  # RoPE, by position
+            {"role": "matmul", "dtype": "int4", "dims": [32, 16], "bytes": 256, "scheme": "blocks of 32"},
+            {"role": "matmul", "dtype": "int4", "dims": [16, 32], "bytes": 256, "scheme": "blocks of 32"},
+            {"role": "matmul", "dtype": "int4", "dims": [50, 16], "bytes": 400, "scheme": "blocks of 32"}]
+    view = lm_view({"prefill": step, "decode": {**step, "inputs": [("int64", [1, 1])] + step["inputs"][1:]}}, uses)
+    assert view["entry_points"] == {"prefill": 4, "decode": 1} and (view["vocab"], view["max_seq_len"]) == (50, 16)
+    assert view["cache"] == {"shape": [2, 1, 16, 8], "dtype": "float32", "bytes": 2 * 2 * 16 * 8 * 4}
+    assert [(w["group"], w["tensors"], w["bytes"]) for w in view["weights"]] == [
+        ("embedding", 1, 800), ("linears", 2, 512), ("lm_head", 1, 400)]
+    image = {"inputs": [("float32", [1, 3, 8, 8])], "outputs": [("float32", [1, 10])]}
+    assert lm_view({"graph": image}, uses) is None  # not a decoder LM: no LM view
+
+
+@pytest.mark.slow
+def test_inspect_report_and_bench_read_an_lm_artifact_from_its_file_alone(sample_runs):
+    artifacts, _, out = sample_runs["int4-weights"]
+    proc = run_cli("inspect", *(artifacts[t]["path"] for t in ("executorch", "tflite", "onnx")), "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    views = {a["format"]: a["inspection"]["lm"] for a in json.loads(proc.stdout)["artifacts"]}
+    assert views["pte"]["entry_points"] == views["tflite"]["entry_points"] == {"prefill": 32, "decode": 1}
+    assert views["onnx"]["entry_points"] == {"graph": None}  # one graph, any token count
+    for fmt, view in views.items():
+        assert view["cache"] == {"shape": [4, 2, 256, 64], "dtype": "float32", "bytes": 2 * 4 * 2 * 256 * 64 * 4}
+        groups = {(w["group"], w["dtype"], w["scheme"]) for w in view["weights"]}
+        assert ("linears", "int4", "blocks of 32") in groups, (fmt, view["weights"])
+    assert ("embedding", "int8", "per row") in {(w["group"], w["dtype"], w["scheme"]) for w in views["pte"]["weights"]}
+    assert "outside_delegate" in views["pte"] and "outside_delegate" not in views["onnx"]
+    report = json.loads(run_cli("report", str(out), "--json").stdout)
+    assert {a["format"] for a in report["artifacts"] if "lm" in a} == {"pte", "tflite", "onnx"}
+    timed = run_cli("bench", str(out), "--threads", "1", "--min-seconds", "0.2", "--json")
+    assert timed.returncode == 0, timed.stderr[-2000:]
+    for a in json.loads(timed.stdout)["artifacts"]:
+        t = a["timings"][0]  # per decoded token, and the prefill call, on seeded random tokens
+        assert t["decode_tokens_per_s"] == pytest.approx(1000 / t["median_ms"]) and t["prefill_tokens_per_s"] > 0, a
+        assert a["peak_rss_bytes"] > a["runtime_rss_bytes"] > 0

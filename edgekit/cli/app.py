@@ -248,6 +248,18 @@ def inspect(
         render_inspections(items, _console())
 
 
+def _model_format(path: Path) -> str | None:
+    """The format of a model file or model folder (a SavedModel, a decoder LM's); None for a folder of artifacts."""
+    from edgekit.core.formats import detect
+
+    try:
+        return detect(path)
+    except BadInput:
+        if path.is_dir():  # a folder that is no model: artifacts to scan
+            return None
+        raise
+
+
 @app.command()
 @handled
 def bench(
@@ -267,7 +279,6 @@ def bench(
 ):
     """Host CPU latency of each artifact in its own runtime (1 thread and all cores), its peak memory, and int8 ÷ fp32."""
     from edgekit.cli.render import Reporter, render_bench
-    from edgekit.core.formats import detect
     from edgekit.core.signature import parse_input_shapes
     from edgekit.engine.request import build_request
     from edgekit.features import bench as timing
@@ -280,7 +291,7 @@ def bench(
     shapes = {s.name: list(s.shape) for s in parse_input_shapes(input_shape)}
     reporter = Reporter(_stderr())
     artifact_formats = {t.format for t in TARGETS.values()}
-    source = len(paths) == 1 and not paths[0].is_dir() and detect(paths[0]) not in artifact_formats
+    source = len(paths) == 1 and _model_format(paths[0]) not in artifact_formats | {None}
     if source:
         _output_folder(out)
         request = build_request(paths[0], target, out, eval_data=eval_data, calibration=calib, int8=bool(calib),

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from edgekit.features.report.render import short_name, size_text
+from edgekit.features.report.render import lm_texts, short_name, size_text
 from edgekit.core.inspection import Inspection, duplicate_text, executed_text, shape_text
 
 TOP_OPS = 12
@@ -69,6 +69,7 @@ def _table(item) -> Table:
                  or "nothing beyond the runtime a default app has"))
     for d in ins.duplicates:
         rows.append(("duplicated", duplicate_text(d)))
+    rows += [(f"LM {key}", text) for key, text in lm_texts(ins.lm).items()] if ins.lm else []
     rows += _io_rows(ins)
     ops = list(ins.op_counts.items())
     rows.append(("ops", ", ".join(f"{op} ×{n}" for op, n in ops[:TOP_OPS])

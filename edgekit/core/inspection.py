@@ -99,6 +99,9 @@ class Inspection:
     # what the runtime runs after its own graph optimizations, where the reader can ask it (onnx): runtime,
     # compute_ops, ops_by_mode, int8_compute_share, int8_heavy_op_share, float_ops
     executed: dict | None = None
+    # a decoder LM's entry points, cache and weight groups, read from the file (edgekit.targets.inspection.lm_view);
+    # None when the file's inputs and outputs are not a decoder LM's
+    lm: dict | None = None
 
     @property
     def duplicated_bytes(self) -> int:
@@ -150,6 +153,8 @@ class Inspection:
         }
         if self.executed is not None:
             out["executed"] = dict(self.executed)
+        if self.lm is not None:
+            out["lm"] = self.lm
         if everything or self.compute_ops <= JSON_OPS_LIMIT:
             out["ops"] = [asdict(o) for o in self.ops]
         return out
@@ -170,7 +175,7 @@ class Inspection:
             needs=tuple(RuntimeNeed(n["id"], n["what"], tuple(n["modules"]), tuple(n["ops"]))
                         for n in d["runtime_needs"]),
             duplicates=tuple({"bytes": x["bytes"], "tensors": list(x["tensors"])} for x in d["duplicated_constants"]),
-            executed=d.get("executed"),
+            executed=d.get("executed"), lm=d.get("lm"),
         )
 
 

@@ -189,17 +189,18 @@ def inspect_isolated(fmt: str, path: str, *, timeout: float = 900) -> Inspection
 
 def latency_isolated(fmt: str, path: str, threads: tuple[int, ...], *, inputs: str | None = None,
                      shapes: dict | None = None, min_seconds: float = 1.0, max_seconds: float = 10.0,
-                     needed: tuple[str, ...] = (), timeout: float = 900) -> dict:
+                     needed: tuple[str, ...] = (), lm: dict | None = None, timeout: float = 900) -> dict:
     """Host CPU latency and peak memory of the artifact at `path` in its runtime (see
     edgekit.targets.latency), in a new child process: its peak memory is this artifact's alone. `needed`: the
-    modules the artifact declares it needs beyond its runtime (a kernel library), imported there too."""
+    modules the artifact declares it needs beyond its runtime (a kernel library), imported there too. `lm`
+    (prefill_len, cache_shape, vocab): a decoder LM, timed per prefill and per decoded token."""
     require(by_format(fmt).extra, f"timing a .{fmt} artifact")
     with _job_dir() as tmp:
         job_path, out_path = os.path.join(tmp, "job.json"), os.path.join(tmp, "latency.json")
         with open(job_path, "w") as f:
             json.dump({"format": fmt, "path": str(path), "threads": list(threads), "inputs": inputs,
                        "shapes": shapes or {}, "min_seconds": min_seconds, "max_seconds": max_seconds, "tmp": tmp,
-                       "needed": list(needed)}, f)
+                       "needed": list(needed), "lm": lm}, f)
         _child(["edgekit.targets.latency", job_path, out_path], fmt, path, timeout)
         with open(out_path) as f:
             return json.load(f)

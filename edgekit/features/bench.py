@@ -41,6 +41,7 @@ LABEL = "host CPU latency"
 QDQ_OPS = re.compile(r"^(QUANTIZE|DEQUANTIZE)$")  # LiteRT's switches between int8 and float tensors
 SHOWN = 4  # float ops named in a warning
 MAX_FACTOR = 10  # a median that never settles is timed for at most this many times --min-seconds
+PREFILL_TOKENS = 32  # a decoder LM whose graph takes any token count is timed prefilling this many
 
 
 def cores() -> int:
@@ -146,11 +147,14 @@ def bench(paths, *, threads: tuple[int, ...] | None = None, inputs: str | None =
     todo = [(a.path, a.format, a.precision, a.fp32_path or partner.get(str(Path(a.path).resolve())), True)
             for a in sizes.artifacts]
     needed = {str(Path(a.path).resolve()): a.needed_modules for a in sizes.artifacts}
+    lms = {str(Path(a.path).resolve()): lm_timing(a.lm) for a in sizes.artifacts if a.lm}
     named = {str(Path(a.path).resolve()) for a in sizes.artifacts}
-    for _, fmt, _, fp32_path, _ in list(todo):  # an int8 artifact's fp32 partner is timed too, for the ratio
+    for path, fmt, _, fp32_path, _ in list(todo):  # an int8 artifact's fp32 partner is timed too, for the ratio
         if fp32_path and str(Path(fp32_path).resolve()) not in named:
             named.add(str(Path(fp32_path).resolve()))
             todo.append((fp32_path, fmt, "fp32", None, False))
+            if str(Path(path).resolve()) in lms:  # the same decoder LM at fp32
+                lms[str(Path(fp32_path).resolve())] = lms[str(Path(path).resolve())]
     measured: dict[str, ArtifactLatency] = {}
     skipped = list(sizes.skipped)
     for path, fmt, precision, fp32_path, given in todo:
@@ -160,8 +164,10 @@ def bench(paths, *, threads: tuple[int, ...] | None = None, inputs: str | None =
             continue
         say(f"timing {Path(path).name} in {by_format(fmt).runtime} at {', '.join(map(str, threads))} thread(s)")
         try:
-            got = latency_isolated(fmt, path, threads, inputs=inputs, shapes=shapes, min_seconds=min_seconds,
-                                   max_seconds=MAX_FACTOR * min_seconds, needed=needed.get(str(Path(path).resolve()), ()))
+            lm = lms.get(str(Path(path).resolve()))  # a decoder LM is fed seeded random tokens, not `inputs`
+            got = latency_isolated(fmt, path, threads, inputs=None if lm else inputs, shapes=shapes, min_seconds=min_seconds,
+                                   max_seconds=MAX_FACTOR * min_seconds, needed=needed.get(str(Path(path).resolve()), ()),
+                                   lm=lm)
         except ConversionFailed as e:
             raise BadInput(f"{path}: {e.message}", fix="check that the file is an artifact its runtime loads; "
                                                         "a .ptl needs --input-shape") from None
@@ -178,6 +184,14 @@ def bench(paths, *, threads: tuple[int, ...] | None = None, inputs: str | None =
     out.sort(key=lambda a: (str(Path(a.path).resolve().parent), split_name(Path(a.path))[0], order.index(a.format),
                             a.precision != "fp32", a.path))
     return BenchReport(host(), tuple(out), tuple(skipped))
+
+
+def lm_timing(lm: dict) -> dict:
+    """What the timing child needs of a decoder LM (its inspection's `lm`): the prefill call's token count (an
+    artifact taking any count is timed at PREFILL_TOKENS), the cache's shape and the vocabulary."""
+    counts = [n for name, n in lm["entry_points"].items() if name != "decode" and n]
+    return {"prefill_len": counts[0] if counts else min(PREFILL_TOKENS, lm["max_seq_len"] // 2),
+            "cache_shape": lm["cache"]["shape"], "vocab": lm["vocab"]}
 
 
 def bench_conversion(req: ConvertRequest, *, threads: tuple[int, ...] | None = None, inputs: str | None = None,
@@ -278,7 +292,9 @@ def render_rows(report: BenchReport) -> list[list[str]]:
     for a in report.artifacts:
         cells = [Path(a.path).name, by_format(a.format).name, a.precision]
         for t in a.timings:
-            cells.append(f"{t['median_ms']:.3g} ms ({t['p10_ms']:.3g}–{t['p90_ms']:.3g})")
+            cells.append(f"{t['median_ms']:.3g} ms ({t['p10_ms']:.3g}–{t['p90_ms']:.3g})" + (
+                f" per token: decode {t['decode_tokens_per_s']:.0f} tokens/s, prefill {t['prefill_tokens_per_s']:.0f}"
+                if "decode_tokens_per_s" in t else ""))
         cells.append(" / ".join(f"{r:.2f}×" for r in a.ratio_to_fp32.values()) or "–")
         cells.append(f"{a.peak_rss_bytes / 2**20:.0f} MiB")
         rows.append(cells)

@@ -17,7 +17,7 @@ import re
 import tempfile
 
 from edgekit.core.inspection import INT8_FAMILY, Inspection, OpInfo
-from edgekit.targets.inspection import build, executed_view, heavy_macs, io_entry
+from edgekit.targets.inspection import build, executed_view, heavy_macs, io_entry, lm_entry
 
 DATA_OPS = frozenset({
     "aten::view_copy", "aten::permute_copy", "aten::clone", "aten::squeeze_copy", "aten::unsqueeze_copy",
@@ -38,6 +38,8 @@ ITEMSIZE = {"int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2, "int32": 4, "u
 XNN_DTYPE = {"fp32": "float32", "pfp32": "float32", "fp16": "float16", "bf16": "bfloat16", "qint8": "int8",
              "qcint8": "int8", "qdint8": "int8", "qpint8": "int8", "quint8": "uint8", "qint32": "int32",
              "qcint32": "int32", "int32": "int32", "qcint4": "int4", "qbint4": "int4"}
+XNN_SCHEME = {"qcint8": "per channel", "qcint4": "per channel", "qbint4": "blocks of {group_size}",
+              "qint8": "per tensor"}  # a weight's quantization, from its datatype and quant params
 XNN_INT8_ACT = frozenset({"qint8", "quint8"})
 XNN_DYNAMIC_ACT = frozenset({"qdint8", "qpint8"})  # float activations quantized on the fly
 XNN_DATA_NODES = frozenset({"XNNStaticReshape", "XNNStaticTranspose", "XNNConvert", "XNNCopy", "XNNConcatenate2",
@@ -60,6 +62,7 @@ def inspect(path: str) -> Inspection:
     weights, tensors, ops, op_counts, macs = collections.Counter(), [], [], collections.Counter(), {}
     delegated, notes, io = {}, [], {"inputs": [], "outputs": []}
     shapes = {"inputs": [], "outputs": []}
+    entry_points, uses, stored = {}, [], set()  # stored: constant data counted already (methods share it)
     for pi, plan in enumerate(program.execution_plan):
         V = plan.values
 
@@ -76,11 +79,13 @@ def inspect(path: str) -> Inspection:
 
         consts = {i for i, v in enumerate(V) if isinstance(v.val, Tensor) and v.val.allocation_info is None
                   and (v.val.data_buffer_idx > 0 or v.val.extra_tensor_info is not None)}
+        plan_io = {k: [dtype(i) if isinstance(V[i].val, Tensor) else type(V[i].val).__name__ for i in idx]
+                   for k, idx in (("inputs", plan.inputs), ("outputs", plan.outputs))}
+        plan_shapes = {k: [_io_shape(V[i].val, f"{k[:-1]}_{n}", notes) for n, i in enumerate(idx)]
+                       for k, idx in (("inputs", plan.inputs), ("outputs", plan.outputs))}
+        entry_points[plan.name] = lm_entry(plan_io, plan_shapes)
         if pi == 0:
-            io = {k: [dtype(i) if isinstance(V[i].val, Tensor) else type(V[i].val).__name__ for i in idx]
-                  for k, idx in (("inputs", plan.inputs), ("outputs", plan.outputs))}
-            shapes = {k: [_io_shape(V[i].val, f"{k[:-1]}_{n}", notes) for n, i in enumerate(idx)]
-                      for k, idx in (("inputs", plan.inputs), ("outputs", plan.outputs))}
+            io, shapes = plan_io, plan_shapes
         defined = set(plan.inputs) | consts
         dq_source = {}  # tensor -> (comes from a constant?, dtype) of the dequantize that made it
         qparams = set()  # constant scales / zero points read by (de)quantize kernels
@@ -98,7 +103,8 @@ def inspect(path: str) -> Inspection:
                         notes.append(f"delegate {d.id} is opaque: its ops and weights are not inspected")
                         continue
                     blob = bytes(program.backend_delegate_data[d.processed.index].data)
-                    entry["ops"] += _xnnpack(blob, call.delegate_index, weights, tensors, ops, op_counts, macs)
+                    entry["ops"] += _xnnpack(blob, call.delegate_index, weights, tensors, ops, op_counts, macs,
+                                             uses, stored)
                     continue
                 if not isinstance(call, KernelCall):
                     continue
@@ -108,6 +114,14 @@ def inspect(path: str) -> Inspection:
                 inputs = [t for t in targs if t in defined]
                 outputs = [t for t in targs if t not in defined]  # out-variant args not seen before
                 defined.update(outputs)
+                if ty.startswith(LOOKUPS) or ty == "aten::embedding":
+                    table = V[inputs[0]].val if inputs and inputs[0] in consts else None
+                    if table is not None and ("use", _const_key(table)) not in stored:
+                        stored.add(("use", _const_key(table)))
+                        n = math.prod(table.sizes)
+                        uses.append({"role": "lookup", "dtype": dtype(inputs[0]), "dims": list(table.sizes),
+                                     "bytes": n * ITEMSIZE.get(dtype(inputs[0]), 1),
+                                     "scheme": "per row" if ty.startswith(LOOKUPS) else ""})
                 if ty.startswith(LOOKUPS):  # ExecuTorch's own int8 table lookup: int8 weights, float rows out
                     ops.append(OpInfo(ty, "weight_only", where))
                     continue
@@ -132,6 +146,9 @@ def inspect(path: str) -> Inspection:
                 ops.append(OpInfo(ty, mode, where))
         for i in consts - qparams:
             t = V[i].val
+            if _const_key(t) in stored:  # another method's constant too: stored once
+                continue
+            stored.add(_const_key(t))
             n = math.prod(t.sizes)
             nbytes = (n + 1) // 2 if dtype(i) == "uint4" else n * ITEMSIZE.get(dtype(i), 1)
             weights[dtype(i)] += nbytes
@@ -145,7 +162,8 @@ def inspect(path: str) -> Inspection:
                      "(lower with XnnpackPartitioner to get int8 kernels)")
     ran = executed(ops, delegated, macs) if any(o.mode in ("int8", "int16", "qdq_float") for o in ops) else None
     return build("pte", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io,
-                 delegated=delegated, notes=notes, io_shapes=shapes, executed=ran)
+                 delegated=delegated, notes=notes, io_shapes=shapes, executed=ran, entry_points=entry_points,
+                 weight_uses=uses, outside_delegate=executed(ops, delegated, macs)["outside_delegate"])
 
 
 def executed(ops: list[OpInfo], delegated: dict, macs: dict[str, int]) -> dict:
@@ -157,6 +175,13 @@ def executed(ops: list[OpInfo], delegated: dict, macs: dict[str, int]) -> dict:
     return executed_view("pte", "ExecuTorch runtime, XNNPACK delegate", ops, macs=macs,
                          delegate_partitions=delegated.get("XnnpackBackend", {}).get("calls", 0),
                          outside_delegate=[f"{ty} ×{n} ({mode})" for (ty, mode), n in kinds.most_common()])
+
+
+def _const_key(t) -> tuple:
+    """Which stored data a constant tensor is: the program's constant buffer or its named data (both shared
+    by every method)."""
+    name = t.extra_tensor_info.fully_qualified_name if t.extra_tensor_info else None
+    return ("buffer", t.data_buffer_idx) if t.data_buffer_idx > 0 else ("named", name)
 
 
 def _io_shape(value, name: str, notes: list) -> dict:
@@ -173,19 +198,25 @@ def _io_shape(value, name: str, notes: list) -> dict:
     return entry
 
 
-def _xnnpack(blob: bytes, index: int, weights, tensors, ops, op_counts, macs) -> int:
-    """Add one XNNPACK payload's weights, ops and conv/matmul MACs to the running totals; returns its node count."""
+def _xnnpack(blob: bytes, index: int, weights, tensors, ops, op_counts, macs, uses, stored) -> int:
+    """Add one XNNPACK payload's weights, ops and conv/matmul MACs to the running totals, and its
+    fully-connected weights to `uses`; returns its node count. `stored`: the named data counted already
+    (another payload's, another method's)."""
     graph = _xnnpack_graph(blob)
     cdata = graph.get("constant_data", [])
-    values, seen = {}, set()
+    values, seen, quant = {}, set(), {}
     for v in graph.get("xvalues", []):
         u = v["xvalue_union"]
         tv = u["tensor_value"] if v["xvalue_union_type"] == "XNNQuantizedTensorValue" else u
         values[tv["id_out"]] = tv
         xdt = tv["datatype"].removeprefix("xnn_datatype_")
         buf = tv.get("constant_buffer_idx", 0)  # 0: not a constant
-        if buf and buf not in seen and buf < len(cdata):  # per-channel scales use other buffers: left out
+        key = ("named", cdata[buf].get("named_key")) if buf and buf < len(cdata) and cdata[buf].get("named_key") else None
+        quant[tv["id_out"]] = (key or (index, buf), XNN_SCHEME.get(xdt, "").format(**(u.get("quant_params") or {})))
+        if buf and buf not in seen and buf < len(cdata) and key not in stored:  # per-channel scales: other buffers
             seen.add(buf)
+            if key:
+                stored.add(key)
             size = int(cdata[buf]["size"])
             weights[XNN_DTYPE.get(xdt, xdt)] += size
             tensors.append({"name": f"xnnpack{index}:value{tv['id_out']}", "dtype": XNN_DTYPE.get(xdt, xdt),
@@ -213,6 +244,12 @@ def _xnnpack(blob: bytes, index: int, weights, tensors, ops, op_counts, macs) ->
         ops.append(OpInfo(ty, mode, f"xnnpack{index}:node{ni}"))
         if node["xnode_union_type"] in XNN_MAC_NODES:
             u = node["xnode_union"]
+            w = values.get(u.get("filter_id"))
+            if w is not None and w.get("constant_buffer_idx") and ("use",) + quant[w["id_out"]][:1] not in stored:
+                stored.add(("use",) + quant[w["id_out"]][:1])
+                xdt = w["datatype"].removeprefix("xnn_datatype_")
+                uses.append({"role": "matmul", "dtype": XNN_DTYPE.get(xdt, xdt), "dims": w.get("dims", []),
+                             "bytes": int(cdata[w["constant_buffer_idx"]]["size"]), "scheme": quant[w["id_out"]][1]})
             dims = {k: values[u[k]].get("dims") for k in ("output_id", "filter_id", "input1_id") if u.get(k) in values}
             inner = (dims.get("input1_id") or [0])[-1] if "BatchMatrix" in node["xnode_union_type"] else None
             macs[f"xnnpack{index}:node{ni}"] = heavy_macs(dims.get("output_id"), dims.get("filter_id"), inner)

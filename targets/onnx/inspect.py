@@ -62,7 +62,32 @@ def inspect(path: str) -> Inspection:
     if any(e["shape"] is None for side in shapes.values() for e in side):
         notes.append("some inputs or outputs have no shape in the file")
     return build("onnx", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes,
-                 io_shapes=shapes, executed=ran)
+                 io_shapes=shapes, executed=ran,
+                 weight_uses=weight_uses(g.node, {k: (t.data_type, list(t.dims)) for k, t in consts.items()},
+                                         lambda n: {a.name: a.i for a in n.attribute}))
+
+
+LOOKUP_OPS = frozenset({"Gather", "GatherBlockQuantized"})
+
+
+def weight_uses(nodes, consts: dict, ints) -> list[dict]:
+    """The constants a lookup (its table) or a matmul (its weight) reads, for the LM view (`lm_view`): role,
+    dtype, logical dims, bytes and the scheme the op's attributes give (MatMulNBits' and GatherBlockQuantized's
+    bits and block size). `consts`: name → (element type, dims); `ints(node)`: its integer attributes."""
+    uses, seen = [], set()
+    for n in nodes:
+        role = "lookup" if n.op_type in LOOKUP_OPS else "matmul" if HEAVY_OPS.search(n.op_type) else None
+        x = n.input[0 if role == "lookup" else 1] if role and len(n.input) > 1 else None
+        if x not in consts or x in seen:
+            continue
+        seen.add(x)
+        (code, dims), attrs = consts[x], ints(n)
+        use = {"role": role, "dtype": _dtype(code), "dims": list(dims), "bytes": tensor_bytes(code, dims), "scheme": ""}
+        if n.op_type in ("MatMulNBits", "GatherBlockQuantized"):  # packed: the bits and logical dims are attributes
+            use.update(dtype=f"int{attrs.get('bits', 4)}", scheme=f"blocks of {attrs.get('block_size')}")
+            use.update(dims=[attrs["N"], attrs["K"]] if n.op_type == "MatMulNBits" else use["dims"])
+        uses.append(use)
+    return uses
 
 
 def _tables(model, notes: list) -> tuple[dict, dict, set]:

@@ -20,7 +20,8 @@ from edgekit.core.errors import BadInput
 from edgekit.core.formats import ORT_PLATFORM_KEY
 from edgekit.core.inspection import Inspection
 from edgekit.targets.inspection import build, io_entry
-from edgekit.targets.onnx.inspect import _dtype, op_modes, quantization_params, tensor_bytes, type_quantize_outputs
+from edgekit.targets.onnx.inspect import (_dtype, op_modes, quantization_params, tensor_bytes, type_quantize_outputs,
+                                          weight_uses)
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class _Node:
     name: str
     input: tuple[str, ...]
     output: tuple[str, ...]
+    ints: dict  # its integer attributes by name
 
 
 def _fbs():
@@ -116,7 +118,9 @@ def inspect(path: str) -> Inspection:
         n = graph.Nodes(j)
         nodes.append(_Node(_text(n.OpType()), _text(n.Domain()), _text(n.Name()),
                            tuple(_text(n.Inputs(k)) for k in range(n.InputsLength())),
-                           tuple(_text(n.Outputs(k)) for k in range(n.OutputsLength()))))
+                           tuple(_text(n.Outputs(k)) for k in range(n.OutputsLength())),
+                           {_text(n.Attributes(k).Name()): n.Attributes(k).I() for k in range(n.AttributesLength())
+                            if n.Attributes(k).Type() == fbs.AttributeType.AttributeType.INT}))
         for k in range(n.AttributesLength()):
             if n.Attributes(k).Type() in (fbs.AttributeType.AttributeType.GRAPH, fbs.AttributeType.AttributeType.GRAPHS):
                 notes.append("control-flow subgraphs are not inspected")
@@ -139,7 +143,8 @@ def inspect(path: str) -> Inspection:
     shapes = {"inputs": [io_entry(x, shape_of.get(x)) for x in inputs if x not in consts],
               "outputs": [io_entry(x, shape_of.get(x)) for x in outputs]}
     return build("ort", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes,
-                 io_shapes=shapes)
+                 io_shapes=shapes, weight_uses=weight_uses(nodes, {k: (c, d) for k, (c, d, _) in consts.items()},
+                                                           lambda n: n.ints))
 
 
 def _dims(fbs, shape) -> list | None:

@@ -8,7 +8,7 @@ import hashlib
 import numpy as np
 
 from edgekit.core.inspection import INT8_FAMILY, Inspection, OpInfo
-from edgekit.targets.inspection import build, executed_view, heavy_macs, io_entry
+from edgekit.targets.inspection import build, executed_view, heavy_macs, io_entry, lm_entry
 
 # Data movement and (de)quantization: not counted as compute ops.
 DATA_OPS = frozenset({
@@ -19,6 +19,7 @@ DATA_OPS = frozenset({
 })
 FLOATS = frozenset({"float32", "float16", "bfloat16", "float64"})
 MAC_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "BATCH_MATMUL", "CONV_3D"})
+LOOKUP_TABLE = {"EMBEDDING_LOOKUP": 1, "GATHER": 0}  # the input slot of the table looked up
 DUPLICATE_MIN_BYTES = 1024  # smaller equal constants (zero biases, scalars) are not worth a note
 
 
@@ -58,7 +59,7 @@ def inspect(path: str) -> Inspection:
     seen_buffers: set[int] = set()
     by_content: dict = collections.defaultdict(list)  # the same constant values (up to sign) in different buffers
     tensors, ops, op_counts = [], [], collections.Counter()
-    notes = []
+    notes, uses, used = [], [], {}  # used: the buffers of `uses` → the role they were counted in
     for si, sg in enumerate(model.subgraphs):
         T = sg.tensors
         for t in T:
@@ -77,6 +78,19 @@ def inspect(path: str) -> Inspection:
         for oi, op in enumerate(sg.operators):
             ty = op_type(op)
             op_counts[ty] += 1
+            read = op.inputs[LOOKUP_TABLE[ty]] if ty in LOOKUP_TABLE else op.inputs[1] if ty in MAC_OPS else -1
+            role = "lookup" if ty in LOOKUP_TABLE else "matmul"
+            if read >= 0 and read in producer and op_type(producer[read]) == "DEQUANTIZE":  # weight-only: the stored one
+                read = producer[read].inputs[0]
+            if read >= 0 and const_bytes(T[read]) and T[read].buffer not in used:
+                used[T[read].buffer] = role
+                uses.append({"role": role, "dtype": dtype(T[read]),
+                             "dims": list(T[read].shape), "bytes": const_bytes(T[read]),
+                             "scheme": _scheme(T[read].quantization)})
+            elif read >= 0 and used.get(T[read].buffer) == "lookup" and role == "matmul":  # a tied LM head
+                used[T[read].buffer] = "both"
+                uses.append({"role": "matmul", "dtype": dtype(T[read]), "dims": list(T[read].shape), "bytes": 0,
+                             "scheme": "shared with the embedding"})
             if ty in DATA_OPS:
                 continue
             inputs = [i for i in op.inputs if i >= 0]  # -1: optional input left out
@@ -109,8 +123,25 @@ def inspect(path: str) -> Inspection:
     duplicates = [{"bytes": copies[0][1], "tensors": [name for name, _ in copies]}
                   for copies in by_content.values() if len(copies) > 1]
     ran = executed(path, ops, notes) if any(o.mode in ("int8", "int16") for o in ops) else None
+    entry_points = {}  # each signature (a decoder LM's prefill and decode) as lm_view reads it
+    for sig in model.signatureDefs or []:
+        sg = model.subgraphs[sig.subgraphIndex]
+        sides = {k: [sg.tensors[m.tensorIndex] for m in sorted(maps or [], key=lambda m: m.name)]
+                 for k, maps in (("inputs", sig.inputs), ("outputs", sig.outputs))}
+        entry_points[sig.signatureKey.decode()] = lm_entry({k: [dtype(t) for t in ts] for k, ts in sides.items()},
+                                                          {k: [_io_shape(t) for t in ts] for k, ts in sides.items()})
     return build("tflite", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors,
-                 io_dtypes=io, notes=notes, io_shapes=shapes, duplicates=duplicates, executed=ran)
+                 io_dtypes=io, notes=notes, io_shapes=shapes, duplicates=duplicates, executed=ran,
+                 entry_points=entry_points or None, weight_uses=uses)
+
+
+def _scheme(q) -> str:
+    """How a constant is quantized, from its quantization parameters: blocks, per channel or per tensor."""
+    if q is not None and q.details is not None and hasattr(q.details, "blockSize"):  # its scales are a tensor
+        return f"blocks of {q.details.blockSize}"
+    if q is None or q.scale is None or not len(q.scale):
+        return ""
+    return "per channel" if len(q.scale) > 1 else "per tensor"
 
 
 def executed(path: str, ops: list[OpInfo], notes: list) -> dict | None:

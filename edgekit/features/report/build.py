@@ -65,6 +65,7 @@ class ArtifactSize:
     needs: tuple = ()  # the inspection's RuntimeNeeds: what it needs beyond a default runtime
     duplicated_bytes: int = 0  # constant bytes stored more than once (the inspection's)
     executed: dict | None = None  # the inspection's: the int8 shares as the runtime runs it (quantized files)
+    lm: dict | None = None  # the inspection's: a decoder LM's entry points, cache and weight groups
 
     @property
     def runtime_needs(self) -> tuple[str, ...]:
@@ -203,6 +204,7 @@ def _measure(path: Path, fmt: str) -> ArtifactSize:
         op_counts=dict(ins.op_counts), largest_tensors=tuple(ins.largest_tensors), notes=tuple(notes),
         io_shapes=dict(ins.io_shapes), needs=tuple(ins.needs), duplicated_bytes=ins.duplicated_bytes,
         executed=dict(ins.executed) if ins.executed else None,
+        lm=ins.lm,
     )
 
 

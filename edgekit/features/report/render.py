@@ -83,7 +83,25 @@ def artifact_json(a: ArtifactSize) -> dict:
         "duplicated_bytes": a.duplicated_bytes,
         "executed": a.executed,
         "notes": list(a.notes),
-    }
+    } | ({"lm": a.lm} if a.lm else {})
+
+
+def lm_texts(lm: dict) -> dict[str, str]:
+    """A decoder LM's facts from its file (`Inspection.lm`) for a user: entry points, cache, weights by group and
+    what runs outside the delegate (where the runtime delegates)."""
+    calls = ", ".join(("one graph for prefill and decode, " if name == "graph" else f"{name} ")
+                      + (f"{n} token{'s' if n != 1 else ''}" if n else "any token count")
+                      for name, n in lm["entry_points"].items())
+    c = lm["cache"]
+    out = {"entry points": calls,
+           "cache": f"k and v {'×'.join(map(str, c['shape']))} {c['dtype']} (layers × kv heads × max {lm['max_seq_len']} "
+                    f"positions × head size): {size_text(c['bytes'])}; vocabulary {lm['vocab']}",
+           "weights": "; ".join(f"{w['group']} {w['dtype']}" + (f" {w['scheme']}" if w["scheme"] else "")
+                                + (f" ({w['tensors']} tensors)" if w["tensors"] > 1 else "")
+                                + (f" {size_text(w['bytes'])}" if w["bytes"] else "") for w in lm["weights"]) or "—"}
+    if "outside_delegate" in lm:
+        out["outside delegate"] = ", ".join(lm["outside_delegate"]) or "nothing"
+    return out
 
 
 def to_json_text(report: Report) -> str:
@@ -172,6 +190,16 @@ def to_rich(report: Report):
     out = [table]
     if report.artifacts:
         out += [ops, tensors]
+    lms = [a for a in report.artifacts if a.lm]
+    if lms:
+        lm_table = Table(title="decoder LMs: entry points, cache and weights by group", header_style="bold")
+        columns = ("entry points", "cache", "weights", "outside delegate")
+        for col in ("artifact",) + columns:
+            lm_table.add_column(col, overflow="fold", no_wrap=col == "artifact")
+        for a in lms:
+            texts = lm_texts(a.lm)
+            lm_table.add_row(escape(names[a.path]), *(escape(texts.get(col, "—")) for col in columns))
+        out.append(lm_table)
     if report.latency:
         latency = Table(title="host CPU latency in each runtime (edgekit bench): median (p10–p90)", header_style="bold")
         for col in ("artifact", "threads", "median", "p10–p90", "vs fp32"):
