@@ -74,8 +74,11 @@ def _classes() -> dict:
             self.eps = eps
 
         def forward(self, x):
-            """x normalised by its root mean square over the last dimension, scaled."""
-            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+            """x normalised by its root mean square over the last dimension, scaled. The mean is taken over the
+            two inner dimensions of x² with a unit one added: the form XNNPACK's delegate takes (a 4-D mean over
+            the inner dimensions); over the last one, every norm left the delegate and split the graph."""
+            square = x.pow(2).unsqueeze(-1)
+            return x * torch.rsqrt(square.mean((-2, -1), keepdim=True).flatten(-2) + self.eps) * self.weight
 
     class Attention(nn.Module):
         """Grouped-query attention over the static cache, the new keys and values written into it first."""
@@ -101,12 +104,12 @@ def _classes() -> dict:
             if c.qk_norm:
                 q, k = self.q_norm(q), self.k_norm(k)
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-            k_cache = k_cache * keep + torch.matmul(write, k)  # KV heads × positions × size
-            v_cache = v_cache * keep + torch.matmul(write, v)
+            k_cache = k_cache * keep + torch.bmm(write, k)  # KV heads × positions × size
+            v_cache = v_cache * keep + torch.bmm(write, v)
             group = c.heads // c.kv_heads  # the query heads sharing one KV head, side by side in its rows
             q = q.reshape(c.kv_heads, group * t, c.head_dim)
-            scores = torch.matmul(q, k_cache.transpose(1, 2)) * (c.head_dim ** -0.5) + mask
-            out = torch.matmul(torch.softmax(scores, dim=-1), v_cache)  # KV heads × group·T × size
+            scores = torch.bmm(q, k_cache.transpose(1, 2)) * (c.head_dim ** -0.5) + mask
+            out = torch.bmm(torch.softmax(scores, dim=-1), v_cache)  # KV heads × group·T × size
             out = out.reshape(c.heads, t, c.head_dim).transpose(0, 1).reshape(1, t, c.heads * c.head_dim)
             return self.o_proj(out), k_cache, v_cache
 
@@ -171,6 +174,7 @@ def _classes() -> dict:
             hit = positions[None, :] == input_pos[:, None]  # T × positions: where each token is written
             write = hit.to(torch.float32).transpose(0, 1)  # positions × T
             keep = 1.0 - write.sum(dim=1, keepdim=True)  # positions × 1: 0 where a token is written
+            write = write.expand(c.kv_heads, -1, -1)  # once per call, not per layer: bmm, not a broadcasting matmul
             seen = positions[None, :] <= input_pos[:, None]  # causal: a token sees positions up to its own
             mask = torch.where(seen, 0.0, float("-inf")).repeat(c.heads // c.kv_heads, 1)
             x = self.model.embed_tokens(tokens)
