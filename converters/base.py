@@ -17,6 +17,8 @@ from edgekit.core.formats import FORMATS, detect
 from edgekit.core.quant import Capabilities, QuantSpec
 
 if TYPE_CHECKING:  # the frameworks' types stay off the CLI's import path
+    import numpy as np
+
     from edgekit.calibration.data import SampleSet
     from edgekit.sources.loading import Source
 
@@ -70,6 +72,7 @@ class ConvertContext:
     spec: QuantSpec = QuantSpec()  # its method is a concrete one, never "auto"
     reuse: Reuse | None = None  # shared with the run's other conversions of this target, if any
     ort_platform: str = "arm"  # the CPU an .ort is laid out for (edgekit.core.formats.ORT_PLATFORMS)
+    lm_tokens: "np.ndarray | None" = None  # a decoder LM's calibration text as windows of token ids (GPTQ)
 
 
 class Converter:

@@ -43,11 +43,27 @@ def weights_text(precision: str, group_size: int | None, int8: str = "int8 per c
 
 
 def record(source, precision: str, *, weights: str, activations: str, embedding: str, keep: tuple[str, ...] = (),
-           group_size: int | None = None) -> dict:
-    """`ArtifactMeta.lm`: the cache, the entry points and what each group of weights was made."""
+           group_size: int | None = None, rounding: str = "round to nearest") -> dict:
+    """`ArtifactMeta.lm`: the cache, the entry points and what each group of weights was made (`rounding`: how
+    the linears' weights were rounded; `data_aware` says)."""
     cfg = source.config
     return {"architecture": cfg.architecture, "max_seq_len": source.max_seq_len, "prefill_len": source.prefill_len,
             "entry_points": list(ENTRY_POINTS), "cache_shape": list(cfg.cache_shape(source.max_seq_len)),
             "cache_bytes": cfg.cache_bytes(source.max_seq_len), "precision": precision,
-            "weights": {"linear": weights, "embedding": embedding, "kept_float": list(keep)},
+            "weights": {"linear": weights, "embedding": embedding, "kept_float": list(keep), "rounding": rounding},
             "activations": activations, **({"group_size": group_size} if group_size else {})}
+
+
+def data_aware(module, ctx, fmt: str, precision: str, group: int | None, keep: tuple[str, ...]) -> str:
+    """With calibration text (`ctx.lm_tokens`), the decoder's linears rounded by GPTQ onto `fmt`'s grid at
+    `precision` (groups of `group` input columns; None: per channel), in place, before the framework quantizes
+    them; what `record` calls the rounding."""
+    from edgekit.calibration.lm_gptq import gptq_decoder
+    from edgekit.converters.lm_grids import grid
+
+    if precision == "fp32" or ctx.lm_tokens is None:
+        return "round to nearest"
+    bits = 4 if precision == "int4-weights" else 8
+    done = gptq_decoder(module, ctx.lm_tokens, lambda name, w: grid(fmt, bits, w, group or w.shape[1]),
+                        skip=lambda name: is_kept(name, keep))
+    return f"GPTQ on {len(ctx.lm_tokens)} windows of calibration text ({done} linears, the LM head its own)"

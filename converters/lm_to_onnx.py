@@ -43,20 +43,21 @@ class LmToOnnx(Converter):
 
         source, spec = ctx.source, ctx.spec
         module = source.decoder()
+        group = spec.group_size if precision == "int4-weights" else None
+        keep = lm_common.kept(spec, module) if precision != "fp32" else ()
+        rounding = lm_common.data_aware(module, ctx, "onnx", precision, group or INT8_BLOCK, keep)
         tokens = torch.export.Dim("tokens", min=1, max=source.max_seq_len)
         names = [t.name for t in src.signature.inputs]
         fp32_path = ctx.work_dir / "decoder.exported.onnx"
         torch.onnx.export(module, source.example_inputs(source.prefill_len), str(fp32_path), dynamo=True,
                           input_names=names, output_names=[t.name for t in src.signature.outputs],
                           dynamic_shapes=({1: tokens}, {0: tokens}, None, None), external_data=False, verbose=False)
-        group = spec.group_size if precision == "int4-weights" else None
-        keep = lm_common.kept(spec, module) if precision != "fp32" else ()
         _write(fp32_path, out_path, 4 if group else 8 if precision != "fp32" else None, group or INT8_BLOCK, keep)
         weights = lm_common.weights_text(precision, group, int8=f"int8 in blocks of {INT8_BLOCK}")
         activations = "float32" if precision == "fp32" else "float32, quantized to int8 inside MatMulNBits (accuracy level 4)"
         embedding = "int8 per row" if precision == "int8-weights" else weights
         lm = lm_common.record(source, precision, weights=weights, activations=activations, embedding=embedding,
-                              keep=keep, group_size=group)
+                              keep=keep, group_size=group, rounding=rounding)
         return ModelArtifact("onnx", str(out_path), src.signature, precision, files=onnx_files(out_path),
                              meta=ArtifactMeta(lm=lm))
 

@@ -39,6 +39,7 @@ class LmToPte(Converter):
         module = source.decoder()
         keep = lm_common.kept(spec, module)
         group = spec.group_size if precision == "int4-weights" else None
+        rounding = lm_common.data_aware(module, ctx, "pte", precision, group, keep)
         if precision != "fp32":
             _quantize(module, precision, group, keep)
             if not lm_common.is_kept("model.embed_tokens", keep):
@@ -50,7 +51,7 @@ class LmToPte(Converter):
         activations = "float32" if precision == "fp32" else "int8, quantized per token at run time (XNNPACK's kernel)"
         embedding = "int8 per row (embedding_byte)" if precision != "fp32" and not lm_common.is_kept("model.embed_tokens", keep) else "float32"
         lm = lm_common.record(source, precision, weights=weights, activations=activations, embedding=embedding,
-                              keep=keep, group_size=group)
+                              keep=keep, group_size=group, rounding=rounding)
         return ModelArtifact("pte", str(out_path), src.signature, precision,
                              meta=ArtifactMeta(outside_delegate=tuple(left_out), lm=lm))
 

@@ -40,6 +40,7 @@ class LmToTflite(Converter):
                            "its own layers, not this model's", fix="leave --keep out for -t tflite")
         module = source.decoder()
         group = spec.group_size if precision == "int4-weights" else None
+        rounding = lm_common.data_aware(module, ctx, "tflite", precision, group, ())
         converter = None
         for name, args in lm_common.entry_points(source).items():
             converter = (converter or litert_torch).signature(name, module, args)
@@ -48,7 +49,8 @@ class LmToTflite(Converter):
         activations = {"fp32": "float32", "int8-weights": "float32 (weight-only)",
                        "int4-weights": "float32, quantized per batch row inside LiteRT's dynamic-range kernels"}[precision]
         lm = lm_common.record(source, precision, weights=weights, activations=activations,
-                              embedding="float32" if precision == "fp32" else weights, group_size=group)
+                              embedding="float32" if precision == "fp32" else weights, group_size=group,
+                              rounding=rounding)
         return ModelArtifact("tflite", str(out_path), src.signature, precision, meta=ArtifactMeta(lm=lm))
 
 

@@ -15,6 +15,9 @@ Writes, beside this script:
     tiny_lm/                 config.json, generation_config.json, model.safetensors (float16),
                              tokenizer.json (byte-level BPE, <|endoftext|> = bos = eos)
     tiny_lm_eval.txt         the first ~8000 characters of the held-out text, for verification
+    tiny_lm_calib.txt        ~70,000 characters of the training text (every 3rd training topic), the
+                             calibration text of `-p int4-weights --calib` (GPTQ); also written alone by
+                             `python sample_models/train_tiny_lm.py --calib-text`
 """
 
 from __future__ import annotations
@@ -45,6 +48,14 @@ def split_text() -> tuple[str, str]:
     train = [topics[n] for i, n in enumerate(names) if i % 10 != 9]
     held = [topics[n] for i, n in enumerate(names) if i % 10 == 9]
     return EOT.join(train), EOT.join(held)
+
+
+def calibration_text(chars: int = 70_000) -> str:
+    """Training-side text for calibration: every 3rd training topic (sorted, index % 3 == 1, never a held-out
+    one), joined with EOT and cut at the last line end before `chars` characters."""
+    names = sorted(topics)
+    text = EOT.join(topics[n] for i, n in enumerate(names) if i % 3 == 1 and i % 10 != 9)
+    return text[:text.rfind("\n", 0, chars) + 1]
 
 
 def train_tokenizer(train_text: str) -> Tokenizer:
@@ -151,6 +162,7 @@ def main(out_dir: Path = HERE) -> None:
     model.to(torch.float16).save_pretrained(folder)
     tok.save(str(folder / "tokenizer.json"))
     (out_dir / "tiny_lm_eval.txt").write_text(eval_text, encoding="utf-8")
+    (out_dir / "tiny_lm_calib.txt").write_text(calibration_text(), encoding="utf-8")
 
     # Reload what was written and check the float16 save on the eval file's first 512 tokens.
     reloaded = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
@@ -162,4 +174,7 @@ def main(out_dir: Path = HERE) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)
+    if sys.argv[1:2] == ["--calib-text"]:
+        (HERE / "tiny_lm_calib.txt").write_text(calibration_text(), encoding="utf-8")
+    else:
+        main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)

@@ -105,9 +105,12 @@ def build(fmt: str, *, weights: dict[str, int], ops: list[OpInfo], op_counts: di
 def lm_entry(io_dtypes: dict, io_shapes: dict | None) -> dict:
     """One entry point (a method, a signature, a graph) in `lm_view`'s form: inputs and outputs as (dtype, shape
     or None), from a reader's `io_dtypes` and `io_shapes`."""
-    shapes = io_shapes or {}
-    return {k: [(dt, (shapes.get(k) or [{}] * len(io_dtypes[k]))[i].get("shape")) for i, dt in enumerate(io_dtypes.get(k, []))]
-            for k in ("inputs", "outputs")}
+    out = {}
+    for side in ("inputs", "outputs"):
+        dtypes = io_dtypes.get(side, [])
+        entries = (io_shapes or {}).get(side) or [{}] * len(dtypes)
+        out[side] = [(dt, entries[i].get("shape")) for i, dt in enumerate(dtypes)]
+    return out
 
 
 def lm_view(entry_points: dict, weight_uses: list[dict], outside_delegate: list[str] | None = None) -> dict | None:

@@ -24,6 +24,7 @@ from tests.conftest import REPO, run_cli
 
 SAMPLE_LM = REPO / "sample_models" / "tiny_lm"
 SAMPLE_TEXT = REPO / "sample_models" / "tiny_lm_eval.txt"
+SAMPLE_CALIB = REPO / "sample_models" / "tiny_lm_calib.txt"  # training-side text
 
 
 def test_near_ties_are_the_disagreements_where_the_source_hesitates():
@@ -255,3 +256,53 @@ def test_inspect_report_and_bench_read_an_lm_artifact_from_its_file_alone(sample
         t = a["timings"][0]  # per decoded token, and the prefill call, on seeded random tokens
         assert t["decode_tokens_per_s"] == pytest.approx(1000 / t["median_ms"]) and t["prefill_tokens_per_s"] > 0, a
         assert a["peak_rss_bytes"] > a["runtime_rss_bytes"] > 0
+
+
+@pytest.mark.parametrize("fmt, bits, group", [("pte", 4, 32), ("tflite", 4, 32), ("onnx", 4, 32), ("pte", 8, 64),
+                                              ("tflite", 8, 64), ("onnx", 8, 32)])
+def test_gptq_weights_stay_on_the_frameworks_grid_and_move_the_outputs_less_than_rounding(fmt, bits, group):
+    """The stored weights give the framework the same scales back (each group's largest is kept) and sit on
+    its levels, so its own rounding stores GPTQ's values; on correlated inputs the layer's outputs move less
+    than with round-to-nearest."""
+    import torch
+
+    from edgekit.calibration.lm_gptq import _round
+    from edgekit.converters.lm_grids import grid
+
+    g = torch.Generator().manual_seed(0)
+    W = torch.randn(48, 64, generator=g)
+    X = torch.randn(2048, 8, generator=g) @ torch.randn(8, 64, generator=g) + 0.1 * torch.randn(2048, 64, generator=g)
+    before = grid(fmt, bits, W, group)
+    stored = _round(W, (2 * X.T @ X / len(X)).double(), before)
+    after = grid(fmt, bits, stored, group)
+    assert torch.equal(after["s"], before["s"])  # the framework computes the same scales from what is stored
+    steps = stored.reshape(48, 64 // group, group) / before["s"][..., None]
+    largest = torch.zeros_like(steps, dtype=torch.bool).scatter_(-1, before["ext"][..., None], True)
+    assert torch.allclose(steps[~largest], steps[~largest].round(), atol=1e-3)  # the others on a level of the grid
+    levels = torch.clamp(steps.round(), -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    gptq = (levels * before["d"][..., None]).reshape(48, 64)
+    rtn_levels = torch.clamp((W.reshape(48, 64 // group, group) / before["s"][..., None]).round(),
+                             -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    rtn = (rtn_levels * before["d"][..., None]).reshape(48, 64)
+    assert ((X @ (W - gptq).T) ** 2).mean() < 0.8 * ((X @ (W - rtn).T) ** 2).mean()
+
+
+@pytest.mark.slow
+def test_calibration_text_rounds_the_sample_lm_by_gptq_past_its_int4_target(tmp_path, sample_runs):
+    rtn = sample_runs["int4-weights"][0]["onnx"]["verification"]["metrics"]["logits"]["token_agreement"]
+    proc = run_cli("convert", str(SAMPLE_LM), "-t", "onnx", "-p", "int4-weights", "--eval", str(SAMPLE_TEXT),
+                   "--calib", str(SAMPLE_CALIB), "-o", str(tmp_path), "--json", timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a = json.loads(proc.stdout)["artifacts"][0]
+    agreement = a["verification"]["metrics"]["logits"]["token_agreement"]
+    assert a["verification"]["status"] == "pass" and agreement >= 0.90 > rtn, (agreement, rtn)
+    assert a["lm"]["weights"]["rounding"].startswith("GPTQ on 64 windows of calibration text")
+
+
+def test_calibration_text_is_refused_where_it_rounds_nothing_or_is_the_eval_text(tmp_path):
+    at_fp32 = run_cli("convert", str(SAMPLE_LM), "-t", "onnx", "--eval", str(SAMPLE_TEXT), "--calib",
+                      str(SAMPLE_CALIB), "-o", str(tmp_path / "a"))
+    assert at_fp32.returncode == 2 and "at fp32 nothing is rounded" in at_fp32.stderr
+    same = run_cli("convert", str(SAMPLE_LM), "-t", "onnx", "-p", "int4-weights", "--eval", str(SAMPLE_TEXT),
+                   "--calib", str(SAMPLE_TEXT), "-o", str(tmp_path / "b"))
+    assert same.returncode == 2 and "are the same text" in same.stderr

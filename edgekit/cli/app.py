@@ -100,7 +100,7 @@ def convert(
     group_size: Annotated[int, typer.Option("--group-size", help="int4-weights: weights sharing one scale (32, 64, 128 or 256).")] = 32,
     int8: Annotated[bool, typer.Option("--int8", help="Shortcut for --precision int8.")] = False,
     int8_io: Annotated[bool, typer.Option("--int8-io", help="Integer model inputs and outputs (int8 only).")] = False,
-    calib: Annotated[Optional[str], typer.Option("--calib", help="Calibration data: .npz, folder of .npy or images, module:function, or random.")] = None,
+    calib: Annotated[Optional[str], typer.Option("--calib", help="Calibration data: .npz, folder of .npy or images, module:function, or random; for a decoder LM at int8-weights or int4-weights, text (.txt) its weights are rounded on by GPTQ.")] = None,
     calib_samples: Annotated[Optional[int], typer.Option("--calib-samples", help="Use the first N calibration samples.")] = None,
     calib_method: Annotated[Optional[str], typer.Option("--calib-method", help="minmax, percentile, entropy, mse, mean-minmax (onnx, ort; not tried by auto), or auto. Default: minmax; on onnx and ort, mean-minmax instead where it drifts clearly less on the calibration samples.", show_default=False)] = None,
     bias_correction: Annotated[Optional[bool], typer.Option("--bias-correction/--no-bias-correction", help="int8: after calibration, subtract each layer's mean output error from its bias. Default: on wherever the target's backend has it (tflite, executorch, onnx, ort; not ptl).", show_default=False)] = None,

@@ -29,16 +29,18 @@ from edgekit.targets import by_format
 
 WINDOWS = 4  # windows of held-out text each artifact is run on
 GENERATED = 32  # greedy tokens compared after the first window's prefill
+CALIB_WINDOWS = 64  # windows of `--calib` text GPTQ takes its Hessians on
 
 
-def eval_windows(source, eval_data: str | None, windows: int = WINDOWS) -> np.ndarray:
+def eval_windows(source, eval_data: str | None, windows: int = WINDOWS, what: str = "the eval text") -> np.ndarray:
     """The held-out token ids as windows × positions: as many whole windows of `max_seq_len` tokens as the
-    text holds (up to `windows`), or one shorter window when it holds less than one."""
+    text holds (up to `windows`), or one shorter window when it holds less than one. `what`: the text's name
+    in errors."""
     if eval_data is None:
         raise BadInput("a decoder LM is verified on held-out text: none was given",
                        fix="pass --eval text.txt (read with the model's tokenizer) or --eval tokens.npz")
     path = Path(eval_data)
-    with reading(path, "the eval text"):
+    with reading(path, what):
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as data:
                 if "tokens" not in data.files:
@@ -103,9 +105,26 @@ class LMCheck:
         return verdict
 
 
+def calibration_windows(source, req, say: Progress) -> np.ndarray | None:
+    """`--calib` text for the weight precisions' data-aware rounding (GPTQ), as up to CALIB_WINDOWS windows of
+    `max_seq_len` tokens; None without it. At fp32 nothing is rounded: --calib is refused."""
+    if req.calibration is None:
+        return None
+    if req.precision == "fp32":
+        raise BadInput("--calib rounds an LM's weights by GPTQ: at fp32 nothing is rounded",
+                       fix="leave --calib out, or give -p int8-weights or -p int4-weights")
+    if Path(req.calibration.source).resolve() == Path(req.eval_data or "").resolve():
+        raise BadInput(f"--calib and --eval are the same text ({req.calibration.source}): the verification "
+                       "would judge the weights on the text they were fitted to", fix="give held-out text to --eval")
+    windows = eval_windows(source, req.calibration.source, CALIB_WINDOWS, "the calibration text")
+    say(f"calibration text: {windows.shape[0]} window(s) of {windows.shape[1]} tokens for GPTQ")
+    return windows
+
+
 def run_lm(plan, source, say: Progress) -> list[ArtifactResult]:
     """Build, verify and place every route of `plan` for the opened LM `source`."""
     req = plan.request
+    tokens = calibration_windows(source, req, say)
     check = LMCheck(source, req.eval_data, say)
     thresholds = thresholds_for(req.precision, req.thresholds)
     out_dir, results = Path(req.out_dir), []
@@ -115,7 +134,7 @@ def run_lm(plan, source, say: Progress) -> list[ArtifactResult]:
             tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=work))
             try:
                 tell = lambda msg, name=target.name: say(f"{name}: {msg}")  # noqa: E731
-                ctx = ConvertContext(source, tmp, spec=req.quant, ort_platform=req.ort_platform)
+                ctx = ConvertContext(source, tmp, spec=req.quant, ort_platform=req.ort_platform, lm_tokens=tokens)
                 artifact = build(route, ctx, stem_of(req.source), tell, shared, target.name)
                 verdict = check.verify(artifact, thresholds, tell, target.runtime)
                 measured = ArtifactResult.measured(target.name, artifact, verdict)  # before placing: bytes as verified
