@@ -54,16 +54,29 @@ def record(source, precision: str, *, weights: str, activations: str, embedding:
             "activations": activations, **({"group_size": group_size} if group_size else {})}
 
 
-def data_aware(module, ctx, fmt: str, precision: str, group: int | None, keep: tuple[str, ...]) -> str:
+def data_aware(module, ctx, fmt: str, precision: str, group: int | None, keep: tuple[str, ...],
+               shared_head: bool = False, int4_table: bool = False) -> str:
     """With calibration text (`ctx.lm_tokens`), the decoder's linears rounded by GPTQ onto `fmt`'s grid at
     `precision` (groups of `group` input columns; None: per channel), in place, before the framework quantizes
-    them; what `record` calls the rounding."""
+    them; what `record` calls the rounding. `shared_head`: the format stores a tied LM head as the embedding's
+    table, once; the head is then left as the table (rounding it apart would store a second table).
+    `int4_table`: the format stores the embedding at int4 in groups of `group`; its groups are clipped where
+    that rounds them closer (`lm_grids.clipped`)."""
     from edgekit.calibration.lm_gptq import gptq_decoder
-    from edgekit.converters.lm_grids import grid
+    from edgekit.converters.lm_grids import clipped, grid
 
     if precision == "fp32" or ctx.lm_tokens is None:
         return "round to nearest"
     bits = 4 if precision == "int4-weights" else 8
+    tied = shared_head and ctx.source.config.tied
+    clip = int4_table and bits == 4 and not is_kept("model.embed_tokens", keep)
+    if clip:
+        table = clipped(fmt, 4, module.model.embed_tokens.weight.data, group)
+        module.model.embed_tokens.weight.data.copy_(table)
+        if tied:
+            module.lm_head.weight.data.copy_(table)
     done = gptq_decoder(module, ctx.lm_tokens, lambda name, w: grid(fmt, bits, w, group or w.shape[1]),
-                        skip=lambda name: is_kept(name, keep))
-    return f"GPTQ on {len(ctx.lm_tokens)} windows of calibration text ({done} linears, the LM head its own)"
+                        skip=lambda name: is_kept(name, keep) or (tied and name == "lm_head"))
+    head = "the LM head rounded to nearest as the embedding's table" if tied else "the LM head its own"
+    return (f"GPTQ on {len(ctx.lm_tokens)} windows of calibration text ({done} linears; {head})"
+            + ("; the embedding's int4 groups clipped where that rounds them closer" if clip else ""))

@@ -49,3 +49,32 @@ def grid(fmt: str, bits: int, weight, group: int) -> dict:
     else:
         raise ValueError(f"no grid for {fmt}")
     return {"s": s, "d": d, "kmin": -high, "kmax": high, "ext": ext, "ext_k": ext_k, "group": group}
+
+
+CLIPS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7)  # of each group's largest magnitude, tried for an int4 table
+
+
+def clipped(fmt: str, bits: int, weight, group: int):
+    """`weight` (rows × columns, a table looked up by row) with each group clipped to the fraction of its
+    largest magnitude (CLIPS) whose round-to-nearest on `fmt`'s grid is closest to the original, the clip being
+    what the framework then computes its scale from. A few outliers stretch an int4 group's scale for all 32."""
+    import torch
+
+    w = weight.float()
+    best, best_err = w, None
+    for c in CLIPS:
+        rows = w.reshape(w.shape[0], -1, group)
+        top = rows.abs().amax(-1, keepdim=True) * c
+        stored = torch.maximum(torch.minimum(rows, top), -top).reshape(w.shape)
+        g = grid(fmt, bits, stored, group)
+        steps = stored.reshape(rows.shape) / g["s"][..., None]
+        low = -(2 ** (bits - 1)) if fmt != "tflite" or bits == 4 else -(2 ** (bits - 1) - 1)
+        levels = torch.clamp(steps.round(), low, 2 ** (bits - 1) - 1)
+        err = ((levels * g["d"][..., None] - rows) ** 2).sum(-1, keepdim=True)
+        if best_err is None:
+            best, best_err = stored.reshape(rows.shape), err
+        else:
+            better = err < best_err
+            best = torch.where(better, stored.reshape(rows.shape), best)
+            best_err = torch.where(better, err, best_err)
+    return best.reshape(w.shape)

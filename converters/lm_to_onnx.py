@@ -45,7 +45,7 @@ class LmToOnnx(Converter):
         module = source.decoder()
         group = spec.group_size if precision == "int4-weights" else None
         keep = lm_common.kept(spec, module) if precision != "fp32" else ()
-        rounding = lm_common.data_aware(module, ctx, "onnx", precision, group or INT8_BLOCK, keep)
+        rounding = lm_common.data_aware(module, ctx, "onnx", precision, group or INT8_BLOCK, keep, int4_table=True)
         tokens = torch.export.Dim("tokens", min=1, max=source.max_seq_len)
         names = [t.name for t in src.signature.inputs]
         fp32_path = ctx.work_dir / "decoder.exported.onnx"

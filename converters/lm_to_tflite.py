@@ -40,7 +40,8 @@ class LmToTflite(Converter):
                            "its own layers, not this model's", fix="leave --keep out for -t tflite")
         module = source.decoder()
         group = spec.group_size if precision == "int4-weights" else None
-        rounding = lm_common.data_aware(module, ctx, "tflite", precision, group, ())
+        rounding = lm_common.data_aware(module, ctx, "tflite", precision, group, (), shared_head=True,
+                                        int4_table=True)
         converter = None
         for name, args in lm_common.entry_points(source).items():
             converter = (converter or litert_torch).signature(name, module, args)
