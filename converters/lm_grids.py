@@ -60,21 +60,16 @@ def clipped(fmt: str, bits: int, weight, group: int):
     what the framework then computes its scale from. A few outliers stretch an int4 group's scale for all 32."""
     import torch
 
-    w = weight.float()
-    best, best_err = w, None
+    rows = weight.float().reshape(weight.shape[0], -1, group)
+    best = best_err = None
     for c in CLIPS:
-        rows = w.reshape(w.shape[0], -1, group)
         top = rows.abs().amax(-1, keepdim=True) * c
-        stored = torch.maximum(torch.minimum(rows, top), -top).reshape(w.shape)
-        g = grid(fmt, bits, stored, group)
-        steps = stored.reshape(rows.shape) / g["s"][..., None]
-        low = -(2 ** (bits - 1)) if fmt != "tflite" or bits == 4 else -(2 ** (bits - 1) - 1)
-        levels = torch.clamp(steps.round(), low, 2 ** (bits - 1) - 1)
+        stored = torch.clamp(rows, -top, top)
+        g = grid(fmt, bits, stored.reshape(weight.shape), group)
+        levels = torch.clamp((stored / g["s"][..., None]).round(), -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
         err = ((levels * g["d"][..., None] - rows) ** 2).sum(-1, keepdim=True)
-        if best_err is None:
-            best, best_err = stored.reshape(rows.shape), err
+        if best is None:
+            best, best_err = stored, err
         else:
-            better = err < best_err
-            best = torch.where(better, stored.reshape(rows.shape), best)
-            best_err = torch.where(better, err, best_err)
-    return best.reshape(w.shape)
+            best, best_err = torch.where(err < best_err, stored, best), torch.minimum(err, best_err)
+    return best.reshape(weight.shape)

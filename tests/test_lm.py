@@ -306,3 +306,22 @@ def test_calibration_text_is_refused_where_it_rounds_nothing_or_is_the_eval_text
     same = run_cli("convert", str(SAMPLE_LM), "-t", "onnx", "-p", "int4-weights", "--eval", str(SAMPLE_TEXT),
                    "--calib", str(SAMPLE_TEXT), "-o", str(tmp_path / "b"))
     assert same.returncode == 2 and "are the same text" in same.stderr
+
+
+def test_an_int4_tables_groups_are_clipped_only_where_that_rounds_them_closer():
+    import torch
+
+    from edgekit.converters.lm_grids import clipped, grid
+
+    def rounded(stored, original):  # what the framework's int4 rounding makes of `stored`, against the original
+        g = grid("onnx", 4, stored, 32)
+        steps = stored.reshape(8, -1, 32) / g["s"][..., None]
+        values = torch.clamp(steps.round(), -8, 7) * g["d"][..., None]
+        return ((values - original.reshape(8, -1, 32)) ** 2).sum(-1)
+
+    torch.manual_seed(0)
+    table = torch.distributions.StudentT(3.0).sample((8, 64))  # heavy tails: a few outliers per group
+    stored = clipped("onnx", 4, table, 32)
+    assert (stored.abs() <= table.abs()).all() and (stored != table).any()
+    assert (rounded(stored, table) <= rounded(table, table) + 1e-6).all()
+    assert rounded(stored, table).sum() < rounded(table, table).sum()
