@@ -1,5 +1,6 @@
 """What the decoder LM converters (lm_to_pte, lm_to_tflite, lm_to_onnx) share: the entry points they
-export, the weights `--keep` holds back, and the record of what was made (`ArtifactMeta.lm`).
+export, the weights `--keep` holds back, the data-aware rounding `--calib` text asks for, and the record of
+what was made (`ArtifactMeta.lm`).
 
 Every LM artifact has the same two entry points, each (tokens, input_pos, k_cache, v_cache) → (logits,
 k_cache, v_cache): `prefill`, `prefill_len` tokens at once, and `decode`, one token. A format with one graph
@@ -8,6 +9,8 @@ for both (ONNX: the token count is a dynamic dimension) serves them from that gr
 
 from __future__ import annotations
 
+from edgekit.calibration.lm_gptq import gptq_decoder
+from edgekit.converters.lm_grids import clipped, grid
 from edgekit.core.errors import BadInput
 from edgekit.core.quant import unknown_layers
 
@@ -62,9 +65,6 @@ def data_aware(module, ctx, fmt: str, precision: str, group: int | None, keep: t
     table, once; the head is then left as the table (rounding it apart would store a second table).
     `int4_table`: the format stores the embedding at int4 in groups of `group`; its groups are clipped where
     that rounds them closer (`lm_grids.clipped`)."""
-    from edgekit.calibration.lm_gptq import gptq_decoder
-    from edgekit.converters.lm_grids import clipped, grid
-
     if precision == "fp32" or ctx.lm_tokens is None:
         return "round to nearest"
     bits = 4 if precision == "int4-weights" else 8
