@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/bench_lm.py [--formats executorch,tflite,onnx] [--precisions fp32,int8-weights,int4-weights]
                                        [--model sample_models/tiny_lm] [--eval sample_models/tiny_lm_eval.txt]
-                                       [--rounds 3] [--work DIR] [--json OUT.json]
+                                       [--calib sample_models/tiny_lm_calib.txt] [--rounds 3] [--work DIR]
+                                       [--json OUT.json]
 
 For each format × precision two artifacts are made from the same Hugging Face folder:
 
@@ -330,9 +331,11 @@ def reference(folder: Path, eval_text: Path, work: Path) -> Path:
     return path
 
 
-def edgekit_convert(folder: Path, eval_text: Path, formats: list[str], precision: str, out: Path) -> dict:
-    """{format: {"path", "bytes", "needed", "seconds", "verdict"} or {"error"}} from one `edgekit convert --json`."""
-    targets = [a for f in formats for a in ("-t", f)]
+def edgekit_convert(folder: Path, eval_text: Path, formats: list[str], precision: str, out: Path,
+                    calib: Path | None = None) -> dict:
+    """{format: {"path", "bytes", "needed", "seconds", "verdict"} or {"error"}} from one `edgekit convert --json`
+    (with `--calib` text below fp32 when given: GPTQ)."""
+    targets = [a for f in formats for a in ("-t", f)] + (["--calib", str(calib)] if calib and precision != "fp32" else [])
     started = time.perf_counter()
     proc = subprocess.run([PY, "-m", "edgekit", "convert", str(folder), *targets, "-p", precision,
                            "--max-seq-len", str(MAX_SEQ_LEN), "--prefill-len", str(PREFILL_LEN), "--eval", str(eval_text),
@@ -434,7 +437,7 @@ def bench(args, work: Path) -> list[dict]:
     runs.mkdir(exist_ok=True)
     rows = []
     for precision in args.precisions:
-        ours = edgekit_convert(args.model, args.eval, args.formats, precision, work / "edgekit" / precision)
+        ours = edgekit_convert(args.model, args.eval, args.formats, precision, work / "edgekit" / precision, args.calib)
         print(f"edgekit convert {precision} done ({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
         for fmt in args.formats:
             theirs = raw_build(args.model, fmt, precision, work / "raw" / f"{fmt}-{precision}")
@@ -457,6 +460,8 @@ def main(argv=None) -> int:
     parser.add_argument("--precisions", type=_names(PRECISIONS), default=list(PRECISIONS))
     parser.add_argument("--model", type=Path, default=SAMPLES / "tiny_lm")
     parser.add_argument("--eval", type=Path, default=SAMPLES / "tiny_lm_eval.txt")
+    parser.add_argument("--calib", type=Path, help="edgekit's side below fp32: --calib this text (GPTQ); the raw "
+                                                   "paths round to nearest, as their tools do by default")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each pair of processes (timings: median)")
     parser.add_argument("--work", type=Path, help="keep the artifacts and runs here (default: a temporary folder)")
     parser.add_argument("--json", type=Path, help="also write every figure (and error) here")
