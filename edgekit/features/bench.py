@@ -293,7 +293,7 @@ def render_rows(report: BenchReport) -> list[list[str]]:
         cells = [Path(a.path).name, by_format(a.format).name, a.precision]
         for t in a.timings:
             cells.append(f"{t['median_ms']:.3g} ms ({t['p10_ms']:.3g}–{t['p90_ms']:.3g})" + (
-                f" per token: decode {t['decode_tokens_per_s']:.0f} tokens/s, prefill {t['prefill_tokens_per_s']:.0f}"
+                f" per token: decode {t['decode_tokens_per_s']:.0f} tokens/s, prefill {t['prefill_tokens_per_s']:.0f} tokens/s"
                 if "decode_tokens_per_s" in t else ""))
         cells.append(" / ".join(f"{r:.2f}×" for r in a.ratio_to_fp32.values()) or "–")
         cells.append(f"{a.peak_rss_bytes / 2**20:.0f} MiB")
