@@ -248,6 +248,11 @@ def test_inspect_report_and_bench_read_an_lm_artifact_from_its_file_alone(sample
         assert ("linears", "int4", "blocks of 32") in groups, (fmt, view["weights"])
     assert ("embedding", "int8", "per row") in {(w["group"], w["dtype"], w["scheme"]) for w in views["pte"]["weights"]}
     assert "outside_delegate" in views["pte"] and "outside_delegate" not in views["onnx"]
+    # the decoder's norms and attention run inside XNNPACK (two delegate calls per method): only the per-call
+    # preamble (positions, masks, the embedding lookup) is left outside
+    pte = next(a["inspection"] for a in json.loads(proc.stdout)["artifacts"] if a["format"] == "pte")
+    assert pte["delegated"]["XnnpackBackend"]["calls"] == 4, pte["delegated"]
+    assert not [op for op in views["pte"]["outside_delegate"] if op.startswith(("aten::mean", "aten::expand"))]
     report = json.loads(run_cli("report", str(out), "--json").stdout)
     assert {a["format"] for a in report["artifacts"] if "lm" in a} == {"pte", "tflite", "onnx"}
     timed = run_cli("bench", str(out), "--threads", "1", "--min-seconds", "0.2", "--json")
