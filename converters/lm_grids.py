@@ -4,9 +4,9 @@ edgekit.calibration.lm_gptq) land on the values the framework's own round-to-nea
 All three are symmetric, one scale per row and group of `group` input columns (group = the row's length for
 per channel):
 
-- ExecuTorch (torchao `Int8DynamicActivationIntxWeightConfig`): scale = max|w| / ((qmax − qmin) / 2), i.e.
-  max|w| / 7.5 at int4 and / 127.5 at int8, k = round(w × (1 / scale)) clamped to [−8, 7] / [−128, 127];
-  XNNPACK stores the groupwise (int4) scales as bfloat16.
+- ExecuTorch at int4 (torchao `Int8DynamicActivationIntxWeightConfig`): scale = max|w| / ((qmax − qmin) / 2),
+  i.e. max|w| / 7.5, k = round(w × (1 / scale)) clamped to [−8, 7]; XNNPACK stores the group scales as
+  bfloat16. At int8 (edgekit's weight-only linear, edgekit.converters.lm_to_pte) as LiteRT's int8.
 - LiteRT (ai-edge-quantizer): scale = max|w| / qmax (7 or 127; int8 narrow range ±127), k = round(w / scale);
   blockwise (int4) scales rounded to bfloat16 and stored as float16.
 - ONNX Runtime (`MatMulNBitsQuantizer`): scale = v / −2^(bits−1), v the signed value of largest magnitude, so
@@ -37,11 +37,11 @@ def grid(fmt: str, bits: int, weight, group: int) -> dict:
         return {"s": s, "d": s, "kmin": low, "kmax": high, "ext": ext, "ext_k": torch.full_like(s, float(low)),
                 "group": group}
     largest = w.gather(-1, ext[..., None])[..., 0]
-    if fmt == "pte":
+    if fmt == "pte" and bits == 4:
         s = torch.clamp(amax / ((high - low) / 2), min=torch.finfo(torch.float32).smallest_normal)
-        d = s.to(torch.bfloat16).float() if bits == 4 else s
+        d = s.to(torch.bfloat16).float()
         ext_k = torch.clamp(torch.round(largest * (1.0 / s)), low, high)
-    elif fmt == "tflite":
+    elif fmt == "tflite" or fmt == "pte":
         low = low if bits == 4 else -high  # int8: narrow range
         s = torch.clamp(amax, min=1e-9) / float(high)
         s = d = s.to(torch.bfloat16).to(torch.float16).float() if bits == 4 else s

@@ -1,14 +1,16 @@
 """decoder LM → pte: the static-cache decoder exported per entry point and lowered to XNNPACK as one
 program with two methods, `prefill` and `decode`.
 
-int8-weights and int4-weights are torchao's `Int8DynamicActivationIntxWeightConfig` (per-channel int8, or
-int4 in groups of `--group-size`): the linear kernels ExecuTorch's XNNPACK delegate runs on quantized
-weights take activations quantized per token at run time (8da8w, 8da4w). Its weight-only form
-(`IntxWeightOnlyConfig`) lowers here to programs whose logits are wrong, so it is not offered. The
-embedding table is int8 per row, looked up by ExecuTorch's `quantized_decomposed::embedding_byte` (as its
-own LLM export does): the program then needs the quantized kernel library, which its inspection declares.
+int8-weights is weight-only: each linear's weight int8 per channel (scale max|w| / 127, levels ±127) behind
+`quantized_decomposed.dequantize_per_channel`, applied to float activations, which XNNPACK runs as its
+f32-qc8w fully connected kernel (the partitioner's linear config is extended to take that pattern,
+edgekit.converters.torch_to_pte). int4-weights is torchao's `Int8DynamicActivationIntxWeightConfig` in groups
+of `--group-size`: XNNPACK has no float-activation kernel for groupwise int4, so its activations are quantized
+per token at run time (8da4w). torchao's weight-only form (`IntxWeightOnlyConfig`) is not used: its scales
+reach the delegate as run-time inputs and the lowered program's logits are wrong. The embedding table is int8
+per row, looked up by ExecuTorch's `quantized_decomposed::embedding_byte` (as its own LLM export does): the
+program then needs the quantized kernel library, which its inspection declares.
 """
-
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,7 +50,8 @@ class LmToPte(Converter):
         lowered, left_out = lower(programs)
         out_path.write_bytes(lowered.to_executorch().buffer)
         weights = lm_common.weights_text(precision, group)
-        activations = "float32" if precision == "fp32" else "int8, quantized per token at run time (XNNPACK's kernel)"
+        activations = ("int8, quantized per token at run time (XNNPACK's kernel)" if precision == "int4-weights"
+                       else "float32")
         embedding = "int8 per row (embedding_byte)" if precision != "fp32" and not lm_common.is_kept("model.embed_tokens", keep) else "float32"
         lm = lm_common.record(source, precision, weights=weights, activations=activations, embedding=embedding,
                               keep=keep, group_size=group, rounding=rounding)
@@ -59,13 +62,57 @@ class LmToPte(Converter):
 def _quantize(module, precision: str, group: int | None, keep: tuple[str, ...]) -> None:
     import torch
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
-    from torchao.quantization.granularity import PerAxis, PerGroup
+    from torchao.quantization.granularity import PerGroup
+
+    def chosen(m, fqn):
+        return isinstance(m, torch.nn.Linear) and not lm_common.is_kept(fqn, keep)
 
     if precision == "int8-weights":
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int8, weight_granularity=PerAxis(0))
-    else:
-        config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group))
-    quantize_(module, config, filter_fn=lambda m, fqn: isinstance(m, torch.nn.Linear) and not lm_common.is_kept(fqn, keep))
+        for fqn, linear in [(n, m) for n, m in module.named_modules() if chosen(m, n)]:
+            parent, _, name = fqn.rpartition(".")
+            setattr(module.get_submodule(parent), name, _int8_weight_only(linear))
+        return
+    config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group))
+    quantize_(module, config, filter_fn=chosen)
+
+
+def _int8_rows(weight):
+    """`weight` (rows × columns) as int8 levels ±127 and a float scale per row, max|row| / 127."""
+    import torch
+
+    table = weight.detach().float()
+    scales = table.abs().amax(dim=1).clamp(min=1e-12) / 127
+    return torch.clamp(torch.round(table / scales[:, None]), -127, 127).to(torch.int8), scales
+
+
+def _int8_weight_only(linear):
+    """`linear` with its weight int8 per output channel, dequantized in the graph where XNNPACK folds it into
+    its f32-qc8w kernel (float activations)."""
+    import torch
+    from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401 - defines the op
+
+    levels, scales = _int8_rows(linear.weight)
+    bias = linear.bias
+
+    class Int8WeightOnlyLinear(torch.nn.Module):
+        """A linear whose weight is int8 with a scale per output channel."""
+
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("weight", levels)
+            self.register_buffer("scales", scales)
+            self.register_buffer("zero_points", torch.zeros(len(scales), dtype=torch.int64))
+            self.bias = bias
+
+        def forward(self, x):
+            """x @ dequantized weightᵀ (+ bias, added apart: ExecuTorch's XNNPACK serializer takes a linear's
+            own bias only with quantized activations)."""
+            weight = torch.ops.quantized_decomposed.dequantize_per_channel.default(
+                self.weight, self.scales, self.zero_points, 0, -127, 127, torch.int8)
+            out = torch.nn.functional.linear(x, weight)
+            return out if self.bias is None else out + self.bias
+
+    return Int8WeightOnlyLinear()
 
 
 def _int8_embedding(embedding):
@@ -73,15 +120,14 @@ def _int8_embedding(embedding):
     import torch
     import executorch.exir.passes._quant_patterns_and_replacements  # noqa: F401 - defines quantized_decomposed::embedding_byte
 
-    table = embedding.weight.detach()
-    scales = table.abs().amax(dim=1).clamp(min=1e-12) / 127
+    levels, scales = _int8_rows(embedding.weight)
 
     class Int8Embedding(torch.nn.Module):
         """An int8 table with a scale per row."""
 
         def __init__(self):
             super().__init__()
-            self.register_buffer("weight", torch.clamp(torch.round(table / scales[:, None]), -127, 127).to(torch.int8))
+            self.register_buffer("weight", levels)
             self.register_buffer("scales", scales)
 
         def forward(self, indices):

@@ -105,7 +105,7 @@ def _partitioner(skip: set[tuple[str, str]]):
     nor kept from decomposition."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-    partitioner = XnnpackPartitioner()
+    partitioner = XnnpackPartitioner(configs=_configs())
     if skip:
         for config in partitioner.target_partitioner_configs.values():
             def check(node, ep, inner=config.check_constraints):
@@ -113,6 +113,33 @@ def _partitioner(skip: set[tuple[str, str]]):
 
             config.check_constraints = check
     return partitioner
+
+
+def _configs() -> list:
+    """XNNPACK's partitioner configs, its linear one also taking a weight-only linear: an int8 weight behind
+    `dequantize_per_channel` applied to float activations, which XNNPACK runs as its f32-qc8w fully connected
+    kernel. ExecuTorch's own config takes a quantized weight only with quantized activations (static or
+    per token) and, refusing it, leaves the linear to be decomposed outside the delegate."""
+    from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+    from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig
+    from executorch.backends.xnnpack.utils.quant_utils import is_dequant, is_per_channel, is_per_channel_group
+    from executorch.backends.xnnpack.utils.utils import get_input_node
+
+    class WeightOnlyLinearConfig(LinearConfig):
+        """LinearConfig, plus float activations × a per-channel int8 weight (no activation or output q/dq)."""
+
+        def _weight_only(self, node) -> bool:
+            weight = get_input_node(node, self.weight_idx)
+            per_channel = is_dequant(weight) and is_per_channel(weight) and not is_per_channel_group(weight)
+            return per_channel and not is_dequant(get_input_node(node, self.act_idx))
+
+        def _get_act_deps(self, node, ep, precision):
+            return (True, []) if self._weight_only(node) else super()._get_act_deps(node, ep, precision)
+
+        def _get_output_deps(self, node, ep, precision):
+            return (True, []) if self._weight_only(node) else super()._get_output_deps(node, ep, precision)
+
+    return [WeightOnlyLinearConfig if c is LinearConfig else c for c in ALL_PARTITIONER_CONFIGS]
 
 
 def _layer_op(node) -> tuple[str, str]:

@@ -169,6 +169,9 @@ def test_the_sample_lm_quantized_in_every_format(sample_runs, precision, agreeme
                                               f"({m['disagreements']} of 1024 next tokens differ; {m['near_ties']} of them")
     assert proc.returncode == (1 if any(a["verification"]["status"] == "fail" for a in artifacts.values()) else 0)
     assert artifacts["executorch"]["lm"]["weights"]["embedding"] == "int8 per row (embedding_byte)"
+    if precision == "int8-weights":  # weight-only on XNNPACK's f32-qc8w kernel, within its target
+        assert artifacts["executorch"]["lm"]["activations"] == "float32"
+        assert artifacts["executorch"]["verification"]["status"] == "pass"
 
 
 @pytest.mark.slow
@@ -330,3 +333,34 @@ def test_an_int4_tables_groups_are_clipped_only_where_that_rounds_them_closer():
     assert (stored.abs() <= table.abs()).all() and (stored != table).any()
     assert (rounded(stored, table) <= rounded(table, table) + 1e-6).all()
     assert rounded(stored, table).sum() < rounded(table, table).sum()
+
+
+def test_a_weight_only_int8_linear_runs_inside_xnnpack_on_float_activations_as_computed(tmp_path):
+    """The class behind ExecuTorch int8-weights: a linear whose weight is int8 per channel and whose
+    activations stay float. XNNPACK's partitioner takes it (its f32-qc8w kernel), nothing is left outside the
+    delegate, the program stores int8, and its outputs are the float input times the dequantized weight; the
+    scales are the ones GPTQ's "pte" int8 grid rounds to."""
+    import torch
+    from executorch.runtime import Runtime
+
+    from edgekit.converters.lm_grids import grid
+    from edgekit.converters.lm_to_pte import _int8_weight_only
+    from edgekit.converters.torch_to_pte import lower
+
+    torch.manual_seed(0)
+    float_linear = torch.nn.Linear(256, 192)
+    module = torch.nn.Sequential(_int8_weight_only(float_linear), torch.nn.SiLU())
+    assert torch.equal(module[0].scales, grid("pte", 8, float_linear.weight.detach(), 256)["s"][:, 0])
+    x = torch.randn(1, 3, 256)
+    program = torch.export.export(module, (x,))
+    lowered, left_out = lower(program)
+    graph = lowered.exported_program().graph_module.graph
+    ops = [str(n.target) for n in graph.nodes if n.op == "call_function"]
+    assert left_out == [] and ops == ["executorch_call_delegate", "<built-in function getitem>"], ops
+    buffer = lowered.to_executorch().buffer
+    assert len(buffer) < 256 * 192 * 4 / 2  # int8 weights, not float
+    out = Runtime.get().load_program(buffer).load_method("forward").execute([x])[0]
+    dequantized = module[0].weight.float() * module[0].scales[:, None]
+    expected = torch.nn.functional.silu(x @ dequantized.T + float_linear.bias)
+    assert torch.allclose(out, expected, atol=1e-4), (out - expected).abs().max()
+    assert (expected - torch.nn.functional.silu(float_linear(x))).abs().max() > 1e-4  # the weights were rounded
