@@ -127,7 +127,7 @@ def sample_runs(tmp_path_factory) -> dict:
     for precision in ("fp32", "int8-weights", "int4-weights"):
         out = tmp_path_factory.mktemp(precision)
         proc = run_cli("convert", str(SAMPLE_LM), "-t", "executorch", "-t", "tflite", "-t", "onnx", "-p", precision,
-                       "--eval", str(SAMPLE_TEXT), "-o", str(out), "--json", timeout=1800)
+                       "--eval", str(SAMPLE_TEXT), "-o", str(out), "--json", "--no-cache", timeout=1800)
         assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: an artifact failed its verdict
         runs[precision] = ({a["target"]: a for a in json.loads(proc.stdout)["artifacts"]}, proc, out)
     return runs
@@ -365,3 +365,33 @@ def test_a_weight_only_int8_linear_runs_inside_xnnpack_on_float_activations_as_c
     expected = torch.nn.functional.silu(x @ dequantized.T + float_linear.bias)
     assert torch.allclose(out, expected, atol=1e-4), (out - expected).abs().max()
     assert (expected - torch.nn.functional.silu(float_linear(x))).abs().max() > 1e-4  # the weights were rounded
+
+
+@pytest.mark.slow
+def test_an_lm_run_is_placed_from_the_artifact_cache_as_it_was_verified(tmp_path):
+    args = (str(SAMPLE_LM), "-t", "onnx", "--eval", str(SAMPLE_TEXT), "--max-seq-len", "64", "--json")
+    first = run_cli("convert", *args, "-o", str(tmp_path / "a"), timeout=900)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = run_cli("convert", *args, "-o", str(tmp_path / "b"), timeout=900)
+    assert second.returncode == 0 and "onnx: placed from the cache (pass when verified" in second.stderr, second.stderr[-2000:]
+    made, placed = (json.loads(p.stdout)["artifacts"][0] for p in (first, second))
+    assert placed["verification"] == made["verification"] and placed["lm"] == made["lm"] and placed["cached"]
+    assert Path(placed["path"]) == tmp_path / "b" / "tiny_lm.onnx" and Path(placed["path"]).read_bytes() == Path(made["path"]).read_bytes()
+
+
+def test_an_lm_runs_cache_key_holds_its_cache_length_calibration_text_and_group_size(tmp_path):
+    """Each of what an LM's artifact depends on beyond an image model's request is a different key."""
+    from edgekit.engine.cache import ArtifactCache
+    from edgekit.engine.plan import plan
+    from edgekit.engine.request import build_request
+    from edgekit.sources.loading import SourceOptions
+
+    def key(precision="int4-weights", calib=None, group=32, length=None):
+        req = build_request(str(SAMPLE_LM), ("onnx",), str(tmp_path), precision=precision, calibration=calib,
+                            eval_data=str(SAMPLE_TEXT), group_size=group, source_options=SourceOptions(max_seq_len=length))
+        return ArtifactCache(tmp_path / "cache").keys(plan(req))["onnx"]
+
+    base = key()
+    assert key() == base
+    variants = [key(calib=str(SAMPLE_CALIB)), key(group=64), key(length=128), key(precision="int8-weights")]
+    assert len({base, *variants}) == 5

@@ -31,7 +31,7 @@ from edgekit.core.artifact import ModelArtifact, sha256_files
 from edgekit.core.cpu import int8_products_saturate
 from edgekit.core.deps import DISTRIBUTIONS, versions
 from edgekit.core.errors import BadInput
-from edgekit.core.formats import artifact_files, detect
+from edgekit.core.formats import FORMATS, artifact_files, detect
 from edgekit.core.results import ArtifactResult
 from edgekit.core.signature import Signature
 from edgekit.engine.build import place
@@ -202,7 +202,17 @@ def request_key(plan) -> dict:
         "output_kinds": sorted(req.output_kinds.items()),
         "attribute_failures": req.attribute_failures,  # a failed verdict's note names layers or not
         "ort_platform": req.ort_platform,
+        "lm": _lm_key(plan) if FORMATS[plan.source_format].family == "lm" else None,
     }
+
+
+def _lm_key(plan) -> dict:
+    """What a decoder LM's results depend on beyond the common key: the cache and prefill lengths, the
+    calibration text GPTQ rounds on, and the spec (group size, layers kept float)."""
+    req, options = plan.request, plan.request.source_options
+    return {"max_seq_len": options.max_seq_len, "prefill_len": options.prefill_len,
+            "calibration": _data_key(req.calibration.source, "the calibration text") if req.calibration else None,
+            "spec": req.quant.to_json()}
 
 
 def _data_key(location: str, what: str) -> str:

@@ -121,8 +121,8 @@ def calibration_windows(source, req, say: Progress) -> np.ndarray | None:
     return windows
 
 
-def run_lm(plan, source, say: Progress) -> list[ArtifactResult]:
-    """Build, verify and place every route of `plan` for the opened LM `source`."""
+def run_lm(plan, source, say: Progress, routes=None) -> list[ArtifactResult]:
+    """Build, verify and place every route of `plan` (or `routes`, a part of it) for the opened LM `source`."""
     req = plan.request
     tokens = calibration_windows(source, req, say)
     check = LMCheck(source, req.eval_data, say)
@@ -130,7 +130,7 @@ def run_lm(plan, source, say: Progress) -> list[ArtifactResult]:
     out_dir, results = Path(req.out_dir), []
     with run_folder(out_dir) as work:
         shared = Intermediates(work / "built")
-        for target, route in plan.routes:
+        for target, route in routes or plan.routes:
             tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=work))
             try:
                 tell = lambda msg, name=target.name: say(f"{name}: {msg}")  # noqa: E731

@@ -147,8 +147,6 @@ def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: S
     """
     say = progress or (lambda _msg: None)
     p = plan(req)
-    if FORMATS[p.source_format].family == "lm":  # a decoder LM: verified token by token (edgekit.engine.lm_job)
-        return _convert_lm(p, say, sources or Sources())
     results: dict[str, ArtifactResult] = {}
     source = source_sha256 = None
     warnings = list(p.warnings)
@@ -166,25 +164,27 @@ def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: S
                     warnings += [w for w in hit.warnings if w not in warnings]
     missing = [(t, r) for t, r in p.routes if t.name not in results]
     if missing:
-        start_workers({t.format for t, _ in missing})
-        prepared = prepare(p, say, sources)
-        warnings += [w for w in prepared.warnings if w not in warnings]
-        source = prepared.source.artifact
+        source, made, made_warnings = _run_missing(p, missing, say, sources or Sources())
+        warnings += [w for w in made_warnings if w not in warnings]
         source_sha256 = source.sha256 if source.files else None
-        for result in run(prepared, say, missing):
+        for result in made:
             results[result.target] = result
             if cache is not None:
-                cache.store_result(p, result, source, prepared.warnings)
+                cache.store_result(p, result, source, made_warnings)
     return ConvertResult(source, source_sha256, tuple(results[t.name] for t, _ in p.routes), tuple(warnings))
 
 
-def _convert_lm(p: Plan, say: Progress, sources: Sources) -> ConvertResult:
-    """A decoder LM's run: not cached yet (a cached result would have to key the eval text and the cache length)."""
-    from edgekit.engine.lm_job import run_lm  # local: only a decoder LM's run needs it
+def _run_missing(p: Plan, missing: list, say: Progress, sources: Sources):
+    """(the source's artifact, the results of the `missing` routes, the run's warnings): a decoder LM's verified
+    token by token (edgekit.engine.lm_job), any other model's on its samples."""
+    if FORMATS[p.source_format].family == "lm":
+        from edgekit.engine.lm_job import run_lm  # local: only a decoder LM's run needs it
 
-    source = sources.open(p.request.source, p.request.source_options, say)
-    results = run_lm(p, source, say)
-    return ConvertResult(source.artifact, source.artifact.sha256, tuple(results), p.warnings)
+        source = sources.open(p.request.source, p.request.source_options, say)
+        return source.artifact, run_lm(p, source, say, missing), p.warnings
+    start_workers({t.format for t, _ in missing})
+    prepared = prepare(p, say, sources)
+    return prepared.source.artifact, run(prepared, say, missing), prepared.warnings
 
 
 def _verify_lm(req: ConvertRequest, paths: list[str], thresholds_for, say: Progress, sources: Sources) -> ConvertResult:
