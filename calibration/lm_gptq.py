@@ -5,7 +5,8 @@ Round-to-nearest rounds each weight alone; GPTQ rounds one input column at a tim
 the columns not yet rounded, weighted by the inverse Hessian of the layer's inputs (H = 2/N Σ x xᵀ over the
 calibration tokens), so that the layer's outputs on text like the calibration text move least. Layers go
 in order — each layer's q/k/v, then o, then gate/up, then down, then the LM head — and each one's Hessian
-is taken with every earlier one already rounded. The scales are those the framework computes from the
+is taken with every earlier one already rounded (each layer run on its inputs as kept from the layer before,
+so a layer's work is done once per group of its linears, not a forward pass from the embedding up). The scales are those the framework computes from the
 original weights; no weight is moved beyond its group's largest magnitude (which stays as it was), so the
 framework recomputes the same scales from the stored weights and its own round-to-nearest returns GPTQ's
 values exactly. The LM head gets its own pass: the embedding table it may share keeps its values.
@@ -13,6 +14,7 @@ values exactly. The LM head gets its own pass: the embedding table it may share 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 DAMP = 0.01  # of the Hessian's mean diagonal, added to it (0.1 lost 0.5 points on the sample LM)
@@ -23,41 +25,79 @@ class _Stop(Exception):
     """Raised by the last hook of a group: the rest of the forward pass is not needed."""
 
 
-def sequence(module) -> list[list[str]]:
-    """The groups of linears in the order they are rounded, by module name."""
-    groups = []
-    for i in range(len(module.model.layers)):
-        p = f"model.layers.{i}."
-        groups += [[p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"], [p + "self_attn.o_proj"],
-                   [p + "mlp.gate_proj", p + "mlp.up_proj"], [p + "mlp.down_proj"]]
-    return groups + [["lm_head"]]
+def _layer_groups(i: int) -> list[list[str]]:
+    p = f"model.layers.{i}."
+    return [[p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"], [p + "self_attn.o_proj"],
+            [p + "mlp.gate_proj", p + "mlp.up_proj"], [p + "mlp.down_proj"]]
 
 
 def gptq_decoder(module, windows, grid_of: Callable, skip: Callable[[str], bool] = lambda name: False) -> int:
     """Round every linear of edgekit's static-cache decoder `module` (in place) by GPTQ on `windows` (token ids,
     windows × positions, at most the decoder's cache length each), each onto `grid_of(name, weight)`; the
     stored weights are those whose round-to-nearest on that grid is GPTQ's result. `skip(name)`: a linear kept
-    float. Returns how many linears were rounded."""
+    float. Returns how many linears were rounded.
+
+    The decoder runs once up to its first layer; each layer then runs on its inputs, kept (once per group of
+    its linears, the hooks stopping it after the group), and its outputs, with all its linears rounded, are the
+    next layer's inputs: a layer's work is done once per group, not a whole forward pass up to it."""
     import torch
 
     done = 0
     with torch.no_grad():
-        for group in sequence(module):
-            linears = {n: module.get_submodule(n) for n in group if not skip(n)}
-            if not linears:
-                continue
-            for name, H in _hessians(module, linears, windows).items():
-                weight = linears[name].weight
-                weight.copy_(_round(weight.data, H, grid_of(name, weight.data)).to(weight.dtype))
-                done += 1
+        xs, args = _first_layer_inputs(module, windows)
+        for i, layer in enumerate(module.model.layers):
+            for group in _layer_groups(i):
+                done += _round_group(module, group, skip, grid_of, [partial(layer, x, *a) for x, a in zip(xs, args)])
+            xs = [layer(x, *a)[0] for x, a in zip(xs, args)]
+        head = [partial(lambda x: module.lm_head(module.model.norm(x)), x) for x in xs]
+        done += _round_group(module, ["lm_head"], skip, grid_of, head)
     return done
 
 
-def _hessians(module, linears: dict, windows) -> dict:
-    """2/N Σ x xᵀ of each linear's inputs over every calibration token (the forward stops after the group)."""
+def _first_layer_inputs(module, windows) -> tuple[list, list]:
+    """For each window, the first layer's input (the embedded tokens) and the rest of its arguments (RoPE,
+    mask, cache writes and the layer's empty cache: the same for every layer of a forward from an empty
+    cache)."""
     import torch
 
     from edgekit.sources.lm_decoder import example_inputs  # local: the module defines torch modules
+
+    xs, args = [], []
+
+    def record(_mod, inputs):
+        xs.append(inputs[0])
+        args.append(inputs[1:])
+        raise _Stop
+
+    hook = module.model.layers[0].register_forward_pre_hook(record)
+    try:
+        for window in windows:
+            tokens = torch.as_tensor(window, dtype=torch.int64)[None]
+            try:
+                module(tokens, torch.arange(tokens.shape[1]), *example_inputs(module.cfg, module.max_seq_len, 1)[2:])
+            except _Stop:
+                pass
+    finally:
+        hook.remove()
+    return xs, args
+
+
+def _round_group(module, group: list[str], skip: Callable, grid_of: Callable, runs: list) -> int:
+    """The linears of `group` (but the skipped) rounded by GPTQ, their Hessians taken while `runs` (a call per
+    window) run; how many."""
+    linears = {n: module.get_submodule(n) for n in group if not skip(n)}
+    if not linears:
+        return 0
+    for name, H in _hessians(linears, runs).items():
+        weight = linears[name].weight
+        weight.copy_(_round(weight.data, H, grid_of(name, weight.data)).to(weight.dtype))
+    return len(linears)
+
+
+def _hessians(linears: dict, runs: list) -> dict:
+    """2/N Σ x xᵀ of each linear's inputs over every calibration token, `runs` running the model on them, a
+    call per window (each stopped after the group)."""
+    import torch
 
     H = {n: torch.zeros(m.in_features, m.in_features, dtype=torch.float64) for n, m in linears.items()}
     count, last = [0], list(linears)[-1]
@@ -73,10 +113,9 @@ def _hessians(module, linears: dict, windows) -> dict:
 
     hooks = [m.register_forward_hook(hook(n)) for n, m in linears.items()]
     try:
-        for window in windows:
-            tokens = torch.as_tensor(window, dtype=torch.int64)[None]
+        for run in runs:
             try:
-                module(tokens, torch.arange(tokens.shape[1]), *example_inputs(module.cfg, module.max_seq_len, 1)[2:])
+                run()
             except _Stop:
                 pass
     finally:
