@@ -5,7 +5,11 @@ int8-weights and int4-weights are litert-torch's generative quantization recipes
 ai-edge-quantizer: weight-only int8 per channel (float activations; its dynamic-range form, which
 quantizes activations at run time, lost 0.8 points of token agreement on the sample LM), or int4 in
 blocks of `--group-size` (LiteRT runs int4 only in its dynamic-range kernels). The recipe covers every
-weight, the embedding table included.
+weight, the embedding table included, but those `--keep` holds float: the recipe is translated to
+ai-edge-quantizer's and each kept linear or table gets a `no_quantize` entry matching the scope litert-torch
+names its ops by (the chain of modules called, `…Layer_0/…MLP_mlp/…Linear_down_proj`; the LM head's op is
+named after the logits, each signature's output 0). A tied LM head reads the embedding's table: keeping either
+keeps both.
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from pathlib import Path
 
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.quant import LM_PRECISIONS
-from edgekit.core.errors import BadInput
 from edgekit.converters import lm_common
 from edgekit.converters.base import ConvertContext, Converter
 
@@ -35,35 +38,78 @@ class LmToTflite(Converter):
         import litert_torch
 
         source, spec = ctx.source, ctx.spec
-        if spec.overrides:
-            raise BadInput("--keep is not built for a decoder LM's .tflite yet: litert-torch's recipes name "
-                           "its own layers, not this model's", fix="leave --keep out for -t tflite")
         module = source.decoder()
         group = spec.group_size if precision == "int4-weights" else None
-        rounding = lm_common.data_aware(module, ctx, "tflite", precision, group, (), shared_head=True,
+        keep = lm_common.kept(spec, module) if precision != "fp32" else ()
+        rounding = lm_common.data_aware(module, ctx, "tflite", precision, group, keep, shared_head=True,
                                         int4_table=True)
         converter = None
         for name, args in lm_common.entry_points(source).items():
             converter = (converter or litert_torch).signature(name, module, args)
-        converter.convert(quant_config=_recipe(precision, group)).export(str(out_path))
+        float_path = ctx.work_dir / "decoder.float.tflite"
+        converter.convert().export(str(float_path))
+        if precision == "fp32":
+            out_path.write_bytes(float_path.read_bytes())
+        else:
+            out_path.write_bytes(_quantized(float_path.read_bytes(), precision, group, _kept_scopes(module, keep)))
         weights = lm_common.weights_text(precision, group, int4="blocks")
         activations = {"fp32": "float32", "int8-weights": "float32 (weight-only)",
                        "int4-weights": "float32, quantized per batch row inside LiteRT's dynamic-range kernels"}[precision]
+        table_kept = precision == "fp32" or lm_common.is_kept("model.embed_tokens", keep) or (
+            source.config.tied and lm_common.is_kept("lm_head", keep))
         lm = lm_common.record(source, precision, weights=weights, activations=activations,
-                              embedding="float32" if precision == "fp32" else weights, group_size=group,
+                              embedding="float32" if table_kept else weights, keep=keep, group_size=group,
                               rounding=rounding)
         return ModelArtifact("tflite", str(out_path), src.signature, precision, meta=ArtifactMeta(lm=lm))
 
 
+def _kept_scopes(module, keep: tuple[str, ...]) -> list[str]:
+    """A regex per linear or table `keep` holds float, matching the scope of the op that reads it (a tied LM
+    head and the embedding share one table, so keeping either keeps both)."""
+    import re
+
+    import torch
+
+    leaves = {n for n, m in module.named_modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))
+              and lm_common.is_kept(n, keep)}
+    if module.cfg.tied and leaves & {"lm_head", "model.embed_tokens"}:
+        leaves |= {"lm_head", "model.embed_tokens"}
+    scopes = []
+    for name in sorted(leaves):
+        if name == "lm_head":  # its output is the logits, which litert-torch names after each signature's output 0
+            scopes += [f"^{entry}_output_0_output;" for entry in lm_common.ENTRY_POINTS]
+            continue
+        parts, pieces = name.split("."), []
+        for i in range(1, len(parts) + 1):
+            sub = module.get_submodule(".".join(parts[:i]))
+            if type(sub).forward is not torch.nn.Module.forward:  # a module called in the forward names a scope
+                pieces.append(r"[^/;]*\." + re.escape(f"{type(sub).__name__}_{parts[i - 1]}"))
+        scopes.append(r"^[^/;]*/" + "/".join(pieces) + ";")
+    return scopes
+
+
+def _quantized(model: bytes, precision: str, group: int | None, kept: list[str]) -> bytes:
+    """The float .tflite `model` quantized by ai-edge-quantizer with litert-torch's generative recipe for
+    `precision`, the ops matching a `kept` scope left float (the last matching entry of a recipe wins)."""
+    from ai_edge_quantizer import qtyping
+    from ai_edge_quantizer.recipe_manager import RecipeManager
+    from litert_torch.quantize import translate_recipe
+
+    manager = RecipeManager()
+    manager.load_quantization_recipe(translate_recipe.translate_to_ai_edge_recipe(_recipe(precision, group)))
+    for scope in kept:
+        manager.add_quantization_config(scope, qtyping.TFLOperationName.ALL_SUPPORTED, algorithm_key="no_quantize")
+    return bytes(translate_recipe.quantize_model(model, manager.get_quantization_recipe()))
+
+
 def _recipe(precision: str, group: int | None):
-    if precision == "fp32":
-        return None
+    """litert-torch's generative recipe for `precision`: every weight, weight-only int8 per channel or dynamic
+    int4 in blocks of `group`."""
     from litert_torch.generative.quantize import quant_attrs, quant_recipe, quant_recipe_utils
-    from litert_torch.quantize.quant_config import QuantConfig
 
     if precision == "int8-weights":
         layer = quant_recipe_utils.create_layer_quant_weight_only(quant_attrs.Dtype.INT8, quant_attrs.Granularity.CHANNELWISE)
     else:
         layer = quant_recipe_utils.create_layer_quant_dynamic(quant_attrs.Dtype.INT4,
                                                               getattr(quant_attrs.Granularity, f"BLOCKWISE_{group}"))
-    return QuantConfig(generative_recipe=quant_recipe.GenerativeQuantRecipe(default=layer))
+    return quant_recipe.GenerativeQuantRecipe(default=layer)

@@ -395,3 +395,23 @@ def test_an_lm_runs_cache_key_holds_its_cache_length_calibration_text_and_group_
     assert key() == base
     variants = [key(calib=str(SAMPLE_CALIB)), key(group=64), key(length=128), key(precision="int8-weights")]
     assert len({base, *variants}) == 5
+
+
+@pytest.mark.slow
+def test_keep_holds_the_named_weights_float_in_every_format(tmp_path):
+    """--keep names modules of the decoder; in each file those weights stay float (as its inspection reads
+    them back) and the rest are quantized. On .tflite the tied head and the embedding share one table, so it
+    stays float for both."""
+    proc = run_cli("convert", str(SAMPLE_LM), "-t", "executorch", "-t", "tflite", "-t", "onnx", "-p", "int8-weights",
+                   "--keep", "lm_head", "--keep", "model.layers.0.mlp.down_proj", "--max-seq-len", "64",
+                   "--eval", str(SAMPLE_TEXT), "-o", str(tmp_path / "out"), "--json", timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for a in json.loads(proc.stdout)["artifacts"]:
+        assert a["lm"]["weights"]["kept_float"] == ["lm_head", "model.layers.0.mlp.down_proj"]
+        view = json.loads(run_cli("inspect", a["path"], "--json").stdout)["artifacts"][0]["inspection"]["lm"]
+        by = {(w["group"], w["dtype"]): w for w in view["weights"]}
+        assert by[("linears", "float32")]["bytes"] == 640 * 256 * 4, (a["target"], view["weights"])  # down_proj alone
+        assert by[("linears", "int8")]["tensors"] == 27, (a["target"], view["weights"])
+        assert ("lm_head", "float32") in by, (a["target"], view["weights"])
+    tflite = next(a for a in json.loads(proc.stdout)["artifacts"] if a["target"] == "tflite")
+    assert tflite["lm"]["weights"]["embedding"] == "float32"
