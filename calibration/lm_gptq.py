@@ -6,10 +6,10 @@ the columns not yet rounded, weighted by the inverse Hessian of the layer's inpu
 calibration tokens), so that the layer's outputs on text like the calibration text move least. Layers go
 in order — each layer's q/k/v, then o, then gate/up, then down, then the LM head — and each one's Hessian
 is taken with every earlier one already rounded (each layer run on its inputs as kept from the layer before,
-so a layer's work is done once per group of its linears, not a forward pass from the embedding up). The scales are those the framework computes from the
-original weights; no weight is moved beyond its group's largest magnitude (which stays as it was), so the
-framework recomputes the same scales from the stored weights and its own round-to-nearest returns GPTQ's
-values exactly. The LM head gets its own pass: the embedding table it may share keeps its values.
+so a layer's work is done once per group of its linears, not a forward pass from the embedding up). The
+scales are those the framework computes from the original weights; no weight is moved beyond its group's
+largest magnitude (which stays as it was), so the framework recomputes the same scales from the stored
+weights and its own round-to-nearest returns GPTQ's values exactly. The LM head gets its own pass: the embedding table it may share keeps its values.
 """
 
 from __future__ import annotations

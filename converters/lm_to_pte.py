@@ -11,6 +11,7 @@ reach the delegate as run-time inputs and the lowered program's logits are wrong
 per row, looked up by ExecuTorch's `quantized_decomposed::embedding_byte` (as its own LLM export does): the
 program then needs the quantized kernel library, which its inspection declares.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -40,40 +40,43 @@ class LmToTflite(Converter):
         source, spec = ctx.source, ctx.spec
         module = source.decoder()
         group = spec.group_size if precision == "int4-weights" else None
-        keep = lm_common.kept(spec, module) if precision != "fp32" else ()
+        keep = _with_tied(module, lm_common.kept(spec, module)) if precision != "fp32" else ()
         rounding = lm_common.data_aware(module, ctx, "tflite", precision, group, keep, shared_head=True,
                                         int4_table=True)
         converter = None
         for name, args in lm_common.entry_points(source).items():
             converter = (converter or litert_torch).signature(name, module, args)
-        float_path = ctx.work_dir / "decoder.float.tflite"
+        float_path = out_path if precision == "fp32" else ctx.work_dir / "decoder.float.tflite"
         converter.convert().export(str(float_path))
-        if precision == "fp32":
-            out_path.write_bytes(float_path.read_bytes())
-        else:
+        if precision != "fp32":
             out_path.write_bytes(_quantized(float_path.read_bytes(), precision, group, _kept_scopes(module, keep)))
         weights = lm_common.weights_text(precision, group, int4="blocks")
         activations = {"fp32": "float32", "int8-weights": "float32 (weight-only)",
                        "int4-weights": "float32, quantized per batch row inside LiteRT's dynamic-range kernels"}[precision]
-        table_kept = precision == "fp32" or lm_common.is_kept("model.embed_tokens", keep) or (
-            source.config.tied and lm_common.is_kept("lm_head", keep))
+        table_kept = precision == "fp32" or lm_common.is_kept("model.embed_tokens", keep)
         lm = lm_common.record(source, precision, weights=weights, activations=activations,
                               embedding="float32" if table_kept else weights, keep=keep, group_size=group,
                               rounding=rounding)
         return ModelArtifact("tflite", str(out_path), src.signature, precision, meta=ArtifactMeta(lm=lm))
 
 
+def _with_tied(module, keep: tuple[str, ...]) -> tuple[str, ...]:
+    """`keep`, with the embedding added where it keeps a tied LM head, and the head where it keeps the
+    embedding: the file stores the two as one table."""
+    pair = ("model.embed_tokens", "lm_head")
+    if module.cfg.tied and any(lm_common.is_kept(n, keep) for n in pair):
+        return keep + tuple(n for n in pair if not lm_common.is_kept(n, keep))
+    return keep
+
+
 def _kept_scopes(module, keep: tuple[str, ...]) -> list[str]:
-    """A regex per linear or table `keep` holds float, matching the scope of the op that reads it (a tied LM
-    head and the embedding share one table, so keeping either keeps both)."""
+    """A regex per linear or table `keep` holds float, matching the scope of the op that reads it."""
     import re
 
     import torch
 
     leaves = {n for n, m in module.named_modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))
               and lm_common.is_kept(n, keep)}
-    if module.cfg.tied and leaves & {"lm_head", "model.embed_tokens"}:
-        leaves |= {"lm_head", "model.embed_tokens"}
     scopes = []
     for name in sorted(leaves):
         if name == "lm_head":  # its output is the logits, which litert-torch names after each signature's output 0
