@@ -14,6 +14,7 @@ keeps both.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
@@ -71,8 +72,6 @@ def _with_tied(module, keep: tuple[str, ...]) -> tuple[str, ...]:
 
 def _kept_scopes(module, keep: tuple[str, ...]) -> list[str]:
     """A regex per linear or table `keep` holds float, matching the scope of the op that reads it."""
-    import re
-
     import torch
 
     leaves = {n for n, m in module.named_modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))
