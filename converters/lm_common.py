@@ -10,7 +10,7 @@ for both (ONNX: the token count is a dynamic dimension) serves them from that gr
 from __future__ import annotations
 
 from edgekit.calibration.lm_gptq import gptq_decoder
-from edgekit.converters.lm_grids import clipped, grid
+from edgekit.converters.lm_grids import grid
 from edgekit.core.errors import BadInput
 from edgekit.core.quant import unknown_layers
 
@@ -45,38 +45,36 @@ def weights_text(precision: str, group_size: int | None, int8: str = "int8 per c
     return {"fp32": "float32", "int8-weights": int8, "int4-weights": f"int4 in {int4} of {group_size}"}[precision]
 
 
-def record(source, precision: str, *, weights: str, activations: str, embedding: str, keep: tuple[str, ...] = (),
-           group_size: int | None = None, rounding: str = "round to nearest") -> dict:
-    """`ArtifactMeta.lm`: the cache, the entry points and what each group of weights was made (`rounding`: how
-    the linears' weights were rounded; `data_aware` says)."""
+def record(source, precision: str, *, weights: str, activations: str, embedding: str, head: str,
+           keep: tuple[str, ...] = (), group_size: int | None = None, rounding: str = "round to nearest") -> dict:
+    """`ArtifactMeta.lm`: the cache, the entry points and what each group of weights was made (`head`: the LM
+    head's; `rounding`: how the linears' weights were rounded, as `data_aware` says)."""
     cfg = source.config
     return {"architecture": cfg.architecture, "max_seq_len": source.max_seq_len, "prefill_len": source.prefill_len,
             "entry_points": list(ENTRY_POINTS), "cache_shape": list(cfg.cache_shape(source.max_seq_len)),
             "cache_bytes": cfg.cache_bytes(source.max_seq_len), "precision": precision,
-            "weights": {"linear": weights, "embedding": embedding, "kept_float": list(keep), "rounding": rounding},
+            "weights": {"linear": weights, "embedding": embedding, "lm_head": head, "kept_float": list(keep),
+                        "rounding": rounding},
             "activations": activations, **({"group_size": group_size} if group_size else {})}
 
 
 def data_aware(module, ctx, fmt: str, precision: str, group: int | None, keep: tuple[str, ...],
-               shared_head: bool = False, int4_table: bool = False) -> str:
+               shared_head: bool = False, int8_head: bool = False) -> str:
     """With calibration text (`ctx.lm_tokens`), the decoder's linears rounded by GPTQ onto `fmt`'s grid at
     `precision` (groups of `group` input columns; None: per channel), in place, before the framework quantizes
     them; what `record` calls the rounding. `shared_head`: the format stores a tied LM head as the embedding's
     table, once; the head is then left as the table (rounding it apart would store a second table).
-    `int4_table`: the format stores the embedding at int4 in groups of `group`; its groups are clipped where
-    that rounds them closer (`lm_grids.clipped`)."""
+    `int8_head`: the format stores the LM head int8 per channel at every precision."""
     if precision == "fp32" or ctx.lm_tokens is None:
         return "round to nearest"
     bits = 4 if precision == "int4-weights" else 8
     tied = shared_head and ctx.source.config.tied
-    clip = int4_table and bits == 4 and not is_kept("model.embed_tokens", keep)
-    if clip:
-        table = clipped(fmt, 4, module.model.embed_tokens.weight.data, group)
-        module.model.embed_tokens.weight.data.copy_(table)
-        if tied:
-            module.lm_head.weight.data.copy_(table)
-    done = gptq_decoder(module, ctx.lm_tokens, lambda name, w: grid(fmt, bits, w, group or w.shape[1]),
-                        skip=lambda name: is_kept(name, keep) or (tied and name == "lm_head"))
+
+    def grid_of(name, w):
+        if int8_head and name == "lm_head":
+            return grid(fmt, 8, w, w.shape[1])
+        return grid(fmt, bits, w, group or w.shape[1])
+
+    done = gptq_decoder(module, ctx.lm_tokens, grid_of, skip=lambda name: is_kept(name, keep) or (tied and name == "lm_head"))
     head = "the LM head rounded to nearest as the embedding's table" if tied else "the LM head its own"
-    return (f"GPTQ on {len(ctx.lm_tokens)} windows of calibration text ({done} linears; {head})"
-            + ("; the embedding's int4 groups clipped where that rounds them closer" if clip else ""))
+    return f"GPTQ on {len(ctx.lm_tokens)} windows of calibration text ({done} linears; {head})"

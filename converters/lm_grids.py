@@ -49,27 +49,3 @@ def grid(fmt: str, bits: int, weight, group: int) -> dict:
     else:
         raise ValueError(f"no grid for {fmt}")
     return {"s": s, "d": d, "kmin": -high, "kmax": high, "ext": ext, "ext_k": ext_k, "group": group}
-
-
-CLIPS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7)  # of each group's largest magnitude, tried for an int4 table
-
-
-def clipped(fmt: str, bits: int, weight, group: int):
-    """`weight` (rows × columns, a table looked up by row) with each group clipped to the fraction of its
-    largest magnitude (CLIPS) whose round-to-nearest on `fmt`'s grid is closest to the original, the clip being
-    what the framework then computes its scale from. A few outliers stretch an int4 group's scale for all 32."""
-    import torch
-
-    rows = weight.float().reshape(weight.shape[0], -1, group)
-    best = best_err = None
-    for c in CLIPS:
-        top = rows.abs().amax(-1, keepdim=True) * c
-        stored = torch.clamp(rows, -top, top)
-        g = grid(fmt, bits, stored.reshape(weight.shape), group)
-        levels = torch.clamp((stored / g["s"][..., None]).round(), -(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-        err = ((levels * g["d"][..., None] - rows) ** 2).sum(-1, keepdim=True)
-        if best is None:
-            best, best_err = stored, err
-        else:
-            best, best_err = torch.where(err < best_err, stored, best), torch.minimum(err, best_err)
-    return best.reshape(weight.shape)

@@ -170,6 +170,8 @@ def test_the_sample_lm_quantized_in_every_format(sample_runs, precision, agreeme
     assert proc.returncode == (1 if any(a["verification"]["status"] == "fail" for a in artifacts.values()) else 0)
     assert artifacts["executorch"]["lm"]["weights"]["embedding"] == "int8 per row (embedding_byte)"
     assert artifacts["onnx"]["lm"]["weights"]["embedding"] == "int8 per row"  # an int4 table loses far more
+    assert artifacts["executorch"]["lm"]["weights"]["lm_head"] == "int8 per channel (weight-only)"
+    assert artifacts["tflite"]["lm"]["weights"]["embedding"] == artifacts["tflite"]["lm"]["weights"]["lm_head"] == "int8 per channel"
     if precision == "int8-weights":  # weight-only on XNNPACK's f32-qc8w kernel, within its target
         assert artifacts["executorch"]["lm"]["activations"] == "float32"
         assert artifacts["executorch"]["verification"]["status"] == "pass"
@@ -251,6 +253,8 @@ def test_inspect_report_and_bench_read_an_lm_artifact_from_its_file_alone(sample
         groups = {(w["group"], w["dtype"], w["scheme"]) for w in view["weights"]}
         assert ("linears", "int4", "blocks of 32") in groups, (fmt, view["weights"])
     assert ("embedding", "int8", "per row") in {(w["group"], w["dtype"], w["scheme"]) for w in views["pte"]["weights"]}
+    for fmt in ("pte", "tflite"):  # the LM head stays int8 at int4 (on .tflite it is the embedding's table)
+        assert ("lm_head", "int8") in {(w["group"], w["dtype"]) for w in views[fmt]["weights"]}, views[fmt]["weights"]
     assert "outside_delegate" in views["pte"] and "outside_delegate" not in views["onnx"]
     # the decoder's norms and attention run inside XNNPACK (two delegate calls per method): only the per-call
     # preamble (positions, masks, the embedding lookup) is left outside
@@ -304,7 +308,7 @@ def test_calibration_text_rounds_the_sample_lm_by_gptq_past_its_int4_target(tmp_
     assert proc.returncode == 0, proc.stderr[-3000:]
     a = json.loads(proc.stdout)["artifacts"][0]
     agreement = a["verification"]["metrics"]["logits"]["token_agreement"]
-    assert a["verification"]["status"] == "pass" and agreement >= 0.90 > rtn, (agreement, rtn)
+    assert a["verification"]["status"] == "pass" and agreement >= max(0.90, rtn + 0.02), (agreement, rtn)
     assert a["lm"]["weights"]["rounding"].startswith("GPTQ on 64 windows of calibration text")
 
 
@@ -315,25 +319,6 @@ def test_calibration_text_is_refused_where_it_rounds_nothing_or_is_the_eval_text
     same = run_cli("convert", str(SAMPLE_LM), "-t", "onnx", "-p", "int4-weights", "--eval", str(SAMPLE_TEXT),
                    "--calib", str(SAMPLE_TEXT), "-o", str(tmp_path / "b"))
     assert same.returncode == 2 and "are the same text" in same.stderr
-
-
-def test_an_int4_tables_groups_are_clipped_only_where_that_rounds_them_closer():
-    import torch
-
-    from edgekit.converters.lm_grids import clipped, grid
-
-    def rounded(stored, original):  # what the framework's int4 rounding makes of `stored`, against the original
-        g = grid("tflite", 4, stored, 32)
-        steps = stored.reshape(8, -1, 32) / g["s"][..., None]
-        values = torch.clamp(steps.round(), -8, 7) * g["d"][..., None]
-        return ((values - original.reshape(8, -1, 32)) ** 2).sum(-1)
-
-    torch.manual_seed(0)
-    table = torch.distributions.StudentT(3.0).sample((8, 64))  # heavy tails: a few outliers per group
-    stored = clipped("tflite", 4, table, 32)
-    assert (stored.abs() <= table.abs()).all() and (stored != table).any()
-    assert (rounded(stored, table) <= rounded(table, table) + 1e-6).all()
-    assert rounded(stored, table).sum() < rounded(table, table).sum()
 
 
 def test_a_weight_only_int8_linear_runs_inside_xnnpack_on_float_activations_as_computed(tmp_path):
