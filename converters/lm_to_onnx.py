@@ -50,46 +50,99 @@ class LmToOnnx(Converter):
         module = source.decoder()
         group = spec.group_size if precision == "int4-weights" else None
         keep = lm_common.kept(spec, module) if precision != "fp32" else ()
-        rounding = lm_common.data_aware(module, ctx, "onnx", precision, group or INT8_BLOCK, keep)
+        shared = _shares_table(source, keep)
+        rounding = lm_common.data_aware(module, ctx, "onnx", precision, group or INT8_BLOCK, keep, shared_head=shared,
+                                        int8_head=True)
         tokens = torch.export.Dim("tokens", min=1, max=source.max_seq_len)
         names = [t.name for t in src.signature.inputs]
         fp32_path = ctx.work_dir / "decoder.exported.onnx"
         torch.onnx.export(module, source.example_inputs(source.prefill_len), str(fp32_path), dynamo=True,
                           input_names=names, output_names=[t.name for t in src.signature.outputs],
                           dynamic_shapes=({1: tokens}, {0: tokens}, None, None), external_data=False, verbose=False)
-        _write(fp32_path, out_path, 4 if group else 8 if precision != "fp32" else None, group or INT8_BLOCK, keep)
+        _write(fp32_path, out_path, 4 if group else 8 if precision != "fp32" else None, group or INT8_BLOCK, keep, shared)
         weights = lm_common.weights_text(precision, group, int8=f"int8 in blocks of {INT8_BLOCK}")
         activations = "float32" if precision == "fp32" else "float32, quantized to int8 inside MatMulNBits (accuracy level 4)"
-        embedding = "float32" if precision == "fp32" or lm_common.is_kept("model.embed_tokens", keep) else "int8 per row"
-        head = "float32" if precision == "fp32" or lm_common.is_kept("lm_head", keep) else weights
+        embedding = ("float32" if precision == "fp32" or lm_common.is_kept("model.embed_tokens", keep)
+                     else f"int8 in blocks of {INT8_BLOCK}, the LM head's" if shared else "int8 per row")
+        head = "float32" if precision == "fp32" or lm_common.is_kept("lm_head", keep) else f"int8 in blocks of {INT8_BLOCK}"
         lm = lm_common.record(source, precision, weights=weights, activations=activations, embedding=embedding,
                               head=head, keep=keep, group_size=group, rounding=rounding)
         return ModelArtifact("onnx", str(out_path), src.signature, precision, files=onnx_files(out_path),
                              meta=ArtifactMeta(lm=lm))
 
 
-def _write(fp32_path: Path, out_path: Path, bits: int | None, block: int, keep: tuple[str, ...]) -> None:
+def _shares_table(source, keep: tuple[str, ...]) -> bool:
+    """Whether the embedding looks its rows up in the LM head's int8 weights: a tied head, neither kept."""
+    return source.config.tied and not any(lm_common.is_kept(n, keep) for n in ("model.embed_tokens", "lm_head"))
+
+
+def _write(fp32_path: Path, out_path: Path, bits: int | None, block: int, keep: tuple[str, ...],
+           shared: bool) -> None:
     """The exported model at `bits` (None: float) written to `out_path` without the exporter's per-node
     debugging metadata (a tenth of an int8 file), once the module scopes in it have named the kept layers."""
     import onnx
 
     model = onnx.load(str(fp32_path))
     if bits is not None:
-        model = _quantize(model, bits, block, keep)
+        model = _quantize(model, bits, block, keep, shared)
     for node in model.graph.node:
         del node.metadata_props[:]
     onnx.save(model, str(out_path))
 
 
-def _quantize(model, bits: int, block: int, keep: tuple[str, ...]):
+def _quantize(model, bits: int, block: int, keep: tuple[str, ...], shared: bool):
+    """The linears at `bits` in blocks of `block`, the LM head at 8 bits in blocks of INT8_BLOCK; the embedding
+    read from the head's weights where `shared`, else int8 per row (`_int8_tables`)."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    excluded = [n.name for n in model.graph.node if n.op_type == "MatMul" and lm_common.is_kept(_module(n), keep)]
-    quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block, is_symmetric=True, accuracy_level=4,
-                                     nodes_to_exclude=excluded, op_types_to_quantize=("MatMul",))
-    quantizer.process()
-    _int8_tables(quantizer.model.model, keep)
-    return quantizer.model.model
+    def quantized(model, bits, block, excluded):
+        quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block, is_symmetric=True, accuracy_level=4,
+                                         nodes_to_exclude=excluded, op_types_to_quantize=("MatMul",))
+        quantizer.process()
+        return quantizer.model.model
+
+    matmuls = [n for n in model.graph.node if n.op_type == "MatMul"]
+    kept = [n.name for n in matmuls if lm_common.is_kept(_module(n), keep)]
+    head = [n.name for n in matmuls if _module(n) == "lm_head" and n.name not in kept]
+    model = quantized(quantized(model, bits, block, kept + head), 8, INT8_BLOCK,
+                      [n.name for n in matmuls if n.name not in head])
+    if shared:
+        _table_from_head(model, head)
+    else:
+        _int8_tables(model, keep)
+    return model
+
+
+def _table_from_head(model, head_names: list[str]) -> None:
+    """The embedding's Gather (on a 2-D float table) replaced by a lookup of the same rows in the tied LM head's
+    8-bit MatMulNBits weights (uint8 [vocab, K / block, block], zero point 128, and a scale per block): one table
+    in the file for both."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    lookup = next(n for n in model.graph.node if n.op_type == "Gather" and n.input[0] in inits
+                  and len(inits[n.input[0]].dims) == 2 and inits[n.input[0]].data_type == TensorProto.FLOAT)
+    head = next(n for n in model.graph.node if n.op_type == "MatMulNBits" and n.name in {f"{h}_Q8" for h in head_names})
+    levels, scales = head.input[1], head.input[2]
+    hidden = inits[lookup.input[0]].dims[1]
+    ids, out, name = lookup.input[1], lookup.output[0], lookup.name
+    model.graph.initializer.extend([numpy_helper.from_array(np.array([0, 0, hidden], np.int64), f"{name}_shape"),
+                                    numpy_helper.from_array(np.array(128.0, np.float32), f"{name}_zero"),
+                                    numpy_helper.from_array(np.array([-1], np.int64), f"{name}_last_axis")])
+    nodes = [
+        helper.make_node("Gather", [levels, ids], [f"{out}_levels"], name=f"{name}_levels", axis=0),
+        helper.make_node("Gather", [scales, ids], [f"{out}_scales"], name=f"{name}_scales", axis=0),
+        helper.make_node("Cast", [f"{out}_levels"], [f"{out}_float"], name=f"{name}_cast", to=TensorProto.FLOAT),
+        helper.make_node("Sub", [f"{out}_float", f"{name}_zero"], [f"{out}_centred"], name=f"{name}_centre"),
+        helper.make_node("Unsqueeze", [f"{out}_scales", f"{name}_last_axis"], [f"{out}_scales_col"], name=f"{name}_col"),
+        helper.make_node("Mul", [f"{out}_centred", f"{out}_scales_col"], [f"{out}_blocks"], name=f"{name}_scaled"),
+        # tokens [1, T] → [1, T, K / block, block] → [1, T, K]: the first two dims kept (0), the blocks joined
+        helper.make_node("Reshape", [f"{out}_blocks", f"{name}_shape"], [out], name=f"{name}_rows")]
+    at = list(model.graph.node).index(lookup)
+    model.graph.node.remove(lookup)
+    for i, node in enumerate(nodes):
+        model.graph.node.insert(at + i, node)
+    model.graph.initializer.remove(inits[lookup.input[0]])
 
 
 def _int8_tables(model, keep: tuple[str, ...]) -> None:

@@ -169,9 +169,12 @@ def test_the_sample_lm_quantized_in_every_format(sample_runs, precision, agreeme
                                               f"({m['disagreements']} of 1024 next tokens differ; {m['near_ties']} of them")
     assert proc.returncode == (1 if any(a["verification"]["status"] == "fail" for a in artifacts.values()) else 0)
     assert artifacts["executorch"]["lm"]["weights"]["embedding"] == "int8 per row (embedding_byte)"
-    assert artifacts["onnx"]["lm"]["weights"]["embedding"] == "int8 per row"  # an int4 table loses far more
+    # the LM head and the table stay int8 at int4 (an int4 table loses far more); .tflite and .onnx store the
+    # tied head's int8 weights once, as the table
     assert artifacts["executorch"]["lm"]["weights"]["lm_head"] == "int8 per channel (weight-only)"
     assert artifacts["tflite"]["lm"]["weights"]["embedding"] == artifacts["tflite"]["lm"]["weights"]["lm_head"] == "int8 per channel"
+    assert artifacts["onnx"]["lm"]["weights"]["embedding"] == "int8 in blocks of 32, the LM head's"
+    assert artifacts["onnx"]["lm"]["weights"]["lm_head"] == "int8 in blocks of 32"
     if precision == "int8-weights":  # weight-only on XNNPACK's f32-qc8w kernel, within its target
         assert artifacts["executorch"]["lm"]["activations"] == "float32"
         assert artifacts["executorch"]["verification"]["status"] == "pass"
@@ -253,8 +256,9 @@ def test_inspect_report_and_bench_read_an_lm_artifact_from_its_file_alone(sample
         groups = {(w["group"], w["dtype"], w["scheme"]) for w in view["weights"]}
         assert ("linears", "int4", "blocks of 32") in groups, (fmt, view["weights"])
     assert ("embedding", "int8", "per row") in {(w["group"], w["dtype"], w["scheme"]) for w in views["pte"]["weights"]}
-    for fmt in ("pte", "tflite"):  # the LM head stays int8 at int4 (on .tflite it is the embedding's table)
-        assert ("lm_head", "int8") in {(w["group"], w["dtype"]) for w in views[fmt]["weights"]}, views[fmt]["weights"]
+    for fmt, scheme in (("pte", "per channel"), ("tflite", "shared with the embedding"), ("onnx", "shared with the embedding")):
+        # the LM head stays int8 at int4; .tflite and .onnx read the embedding's rows from its weights
+        assert ("lm_head", "int8", scheme) in {(w["group"], w["dtype"], w["scheme"]) for w in views[fmt]["weights"]}, views[fmt]["weights"]
     assert "outside_delegate" in views["pte"] and "outside_delegate" not in views["onnx"]
     # the decoder's norms and attention run inside XNNPACK (two delegate calls per method): only the per-call
     # preamble (positions, masks, the embedding lookup) is left outside

@@ -74,18 +74,27 @@ def weight_uses(nodes, consts: dict, ints) -> list[dict]:
     """The constants a lookup (its table) or a matmul (its weight) reads, for the LM view (`lm_view`): role,
     dtype, logical dims, bytes and the scheme the op's attributes give (MatMulNBits' and GatherBlockQuantized's
     bits and block size). `consts`: name → (element type, dims); `ints(node)`: its integer attributes."""
-    uses, seen = [], set()
+    nbits = {n.input[1]: n for n in nodes if n.op_type == "MatMulNBits" and len(n.input) > 2}
+    scales = {n.input[2] for n in nbits.values()}
+    uses, seen = [], {}  # constant → its first use
     for n in nodes:
         role = "lookup" if n.op_type in LOOKUP_OPS else "matmul" if HEAVY_OPS.search(n.op_type) else None
         x = n.input[0 if role == "lookup" else 1] if role and len(n.input) > 1 else None
-        if x not in consts or x in seen:
+        if x not in consts or (role == "lookup" and x in scales):  # a MatMulNBits' scales: part of its weight
             continue
-        seen.add(x)
-        (code, dims), attrs = consts[x], ints(n)
+        if x in seen:  # a tied LM head reading the embedding's table (or the reverse): stored once
+            first = seen[x]
+            if first["role"] != role:
+                other = "embedding" if first["role"] == "lookup" else "LM head"
+                uses.append({**first, "role": role, "bytes": 0, "scheme": f"shared with the {other}"})
+            continue
+        packed = nbits.get(x) if n.op_type != "MatMulNBits" else n  # a lookup in a MatMulNBits weight reads it packed
+        (code, dims), attrs = consts[x], ints(packed if packed is not None else n)
         use = {"role": role, "dtype": _dtype(code), "dims": list(dims), "bytes": tensor_bytes(code, dims), "scheme": ""}
-        if n.op_type in ("MatMulNBits", "GatherBlockQuantized"):  # packed: the bits and logical dims are attributes
+        if packed is not None or n.op_type == "GatherBlockQuantized":  # packed: the bits and logical dims are attributes
             use.update(dtype=f"int{attrs.get('bits', 4)}", scheme=f"blocks of {attrs.get('block_size')}")
-            use.update(dims=[attrs["N"], attrs["K"]] if n.op_type == "MatMulNBits" else use["dims"])
+            use.update(dims=[attrs["N"], attrs["K"]] if packed is not None else use["dims"])
+        seen[x] = use
         uses.append(use)
     return uses
 
