@@ -5,13 +5,12 @@ k_cache_out, v_cache_out.
 int8-weights and int4-weights are ONNX Runtime's `MatMulNBitsQuantizer`: every MatMul with constant
 weights becomes `MatMulNBits` (int8 in blocks of 32: it writes no per-channel form; int4 in groups of
 `--group-size`). Accuracy level 4 lets ONNX Runtime's CPU kernels quantize the activations to int8 at run
-time. The embedding table is int8 per row at both precisions: a Gather of int8 rows scaled by their scales.
-An int4 table (its quantizer's `GatherBlockQuantized`) has 200× the int8 table's squared error on the sample
-LM, and no data-aware rounding reaches a lookup: with it, the sample's int4 file agreed on 0.906 of the
-tokens with `--calib` against 0.941 with the int8 table, at 0.168× against 0.176× of fp32 (ExecuTorch's
-table is int8 per row at both precisions too). The LM head stays at the precision: this file stores it apart
-from the table, and at int4 an int8 head (8 bits in blocks of 32) took the sample to 0.909 of the tokens at
-0.186× of fp32, past the 0.18× it is held to.
+time. At both precisions the LM head is 8 bits in blocks of 32 and the embedding table int8: a tied model's
+embedding looks its rows up in the head's weights (one tensor for both, `_table_from_head`), an untied one
+gathers int8 rows scaled by their per-row scales (`_int8_tables`). A 4-bit table (the quantizer's
+`GatherBlockQuantized`) has about 200× the int8 table's squared error on the sample LM, and no data-aware
+rounding reaches a lookup: at int4 with an int4 table and head the sample agreed on 0.871 of the tokens
+rounding to nearest, at 0.168× of fp32; with the head's int8 weights as the table, 0.914 at 0.166×.
 """
 
 from __future__ import annotations
