@@ -5,9 +5,10 @@ int8-weights and int4-weights are litert-torch's generative quantization recipes
 ai-edge-quantizer: weight-only int8 per channel (float activations; its dynamic-range form, which
 quantizes activations at run time, lost 0.8 points of token agreement on the sample LM), or int4 in
 blocks of `--group-size` (LiteRT runs int4 only in its dynamic-range kernels). At int4 the embedding table
-and the LM head stay int8 per channel (a tied head is that table): a 4-bit table has about 200× the squared
-error of int8 rows, and the head writes the logits; on the sample LM, rounding to nearest, agreement went from
-0.855 to 0.903 and the file from 0.167× to 0.179× of fp32 (ExecuTorch and ONNX store the table int8 too).
+and the LM head stay int8 per channel, in the dynamic-range kernels too (a tied head is that table): a 4-bit
+table has about 200× the squared error of int8 rows, and the head writes the logits; on the sample LM,
+rounding to nearest, agreement went from 0.855 to 0.905 and the file from 0.167× to 0.179× of fp32
+(ExecuTorch and ONNX store the table int8 too).
 The recipe covers every weight but those `--keep` holds float: the recipe is translated to
 ai-edge-quantizer's and each kept linear or table gets a `no_quantize` entry matching the scope litert-torch
 names its ops by (the chain of modules called, `…Layer_0/…MLP_mlp/…Linear_down_proj`; the LM head's op is
@@ -59,7 +60,9 @@ class LmToTflite(Converter):
         activations = {"fp32": "float32", "int8-weights": "float32 (weight-only)",
                        "int4-weights": "float32, quantized per batch row inside LiteRT's dynamic-range kernels"}[precision]
         def made(name):  # what the recipe made of the embedding or the head
-            return "float32" if precision == "fp32" or lm_common.is_kept(name, keep) else "int8 per channel"
+            if precision == "fp32" or lm_common.is_kept(name, keep):
+                return "float32"
+            return "int8 per channel" + (" (dynamic range)" if precision == "int4-weights" else "")
 
         lm = lm_common.record(source, precision, weights=weights, activations=activations,
                               embedding=made("model.embed_tokens"), head=made("lm_head"), keep=keep,
@@ -101,14 +104,15 @@ def _scopes(module, names) -> list[str]:
 
 def _quantized(model: bytes, precision: str, group: int | None, kept: list[str], int8: list[str]) -> bytes:
     """The float .tflite `model` quantized by ai-edge-quantizer with litert-torch's generative recipe for
-    `precision`, the ops matching an `int8` scope by its int8-weights recipe, those matching a `kept` scope
-    left float (the last matching entry of a recipe wins)."""
+    `precision`, the ops matching an `int8` scope dynamic-range int8 per channel (at int4 that is as fast as
+    int4 there; weight-only int8 decoded the sample 5% slower), those matching a `kept` scope left float (the
+    last matching entry of a recipe wins)."""
     from ai_edge_quantizer import qtyping
     from ai_edge_quantizer.recipe_manager import RecipeManager
     from litert_torch.quantize import translate_recipe
 
     recipe = translate_recipe.translate_to_ai_edge_recipe(_recipe(precision, group))
-    as_int8 = translate_recipe.translate_to_ai_edge_recipe(_recipe("int8-weights", None))
+    as_int8 = translate_recipe.translate_to_ai_edge_recipe(_recipe("int8-weights", None, dynamic=True))
     recipe += [{**entry, "regex": scope} for scope in int8 for entry in as_int8]
     manager = RecipeManager()
     manager.load_quantization_recipe(recipe)
@@ -117,13 +121,14 @@ def _quantized(model: bytes, precision: str, group: int | None, kept: list[str],
     return bytes(translate_recipe.quantize_model(model, manager.get_quantization_recipe()))
 
 
-def _recipe(precision: str, group: int | None):
-    """litert-torch's generative recipe for `precision`: every weight, weight-only int8 per channel or dynamic
-    int4 in blocks of `group`."""
+def _recipe(precision: str, group: int | None, dynamic: bool = False):
+    """litert-torch's generative recipe for `precision`: every weight, int8 per channel (weight-only, or
+    dynamic-range when `dynamic`) or dynamic-range int4 in blocks of `group`."""
     from litert_torch.generative.quantize import quant_attrs, quant_recipe, quant_recipe_utils
 
     if precision == "int8-weights":
-        layer = quant_recipe_utils.create_layer_quant_weight_only(quant_attrs.Dtype.INT8, quant_attrs.Granularity.CHANNELWISE)
+        make = quant_recipe_utils.create_layer_quant_dynamic if dynamic else quant_recipe_utils.create_layer_quant_weight_only
+        layer = make(quant_attrs.Dtype.INT8, quant_attrs.Granularity.CHANNELWISE)
     else:
         layer = quant_recipe_utils.create_layer_quant_dynamic(quant_attrs.Dtype.INT4,
                                                               getattr(quant_attrs.Granularity, f"BLOCKWISE_{group}"))

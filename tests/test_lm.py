@@ -172,7 +172,8 @@ def test_the_sample_lm_quantized_in_every_format(sample_runs, precision, agreeme
     # the LM head and the table stay int8 at int4 (an int4 table loses far more); .tflite and .onnx store the
     # tied head's int8 weights once, as the table
     assert artifacts["executorch"]["lm"]["weights"]["lm_head"] == "int8 per channel (weight-only)"
-    assert artifacts["tflite"]["lm"]["weights"]["embedding"] == artifacts["tflite"]["lm"]["weights"]["lm_head"] == "int8 per channel"
+    tflite = artifacts["tflite"]["lm"]["weights"]
+    assert tflite["embedding"] == tflite["lm_head"] and tflite["lm_head"].startswith("int8 per channel")
     assert artifacts["onnx"]["lm"]["weights"]["embedding"] == "int8 in blocks of 32, the LM head's"
     assert artifacts["onnx"]["lm"]["weights"]["lm_head"] == "int8 in blocks of 32"
     if precision == "int8-weights":  # weight-only on XNNPACK's f32-qc8w kernel, within its target
