@@ -103,8 +103,9 @@ def _quantize(model, bits: int, block: int, keep: tuple[str, ...], shared: bool)
     matmuls = [n for n in model.graph.node if n.op_type == "MatMul"]
     kept = [n.name for n in matmuls if lm_common.is_kept(_module(n), keep)]
     head = [n.name for n in matmuls if _module(n) == "lm_head" and n.name not in kept]
-    model = quantized(quantized(model, bits, block, kept + head), 8, INT8_BLOCK,
-                      [n.name for n in matmuls if n.name not in head])
+    model = quantized(model, bits, block, kept + head)
+    if head:
+        model = quantized(model, 8, INT8_BLOCK, [n.name for n in matmuls if n.name not in head])
     if shared:
         _table_from_head(model, head)
     else:

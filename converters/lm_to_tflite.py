@@ -46,7 +46,7 @@ class LmToTflite(Converter):
         module = source.decoder()
         group = spec.group_size if precision == "int4-weights" else None
         keep = _with_tied(module, lm_common.kept(spec, module)) if precision != "fp32" else ()
-        rounding = lm_common.data_aware(module, ctx, "tflite", precision, group, keep, shared_head=True)
+        rounding = lm_common.data_aware(module, ctx, "tflite", precision, group, keep, shared_head=True, int8_head=True)
         converter = None
         for name, args in lm_common.entry_points(source).items():
             converter = (converter or litert_torch).signature(name, module, args)
@@ -59,6 +59,7 @@ class LmToTflite(Converter):
         weights = lm_common.weights_text(precision, group, int4="blocks")
         activations = {"fp32": "float32", "int8-weights": "float32 (weight-only)",
                        "int4-weights": "float32, quantized per batch row inside LiteRT's dynamic-range kernels"}[precision]
+
         def made(name):  # what the recipe made of the embedding or the head
             if precision == "fp32" or lm_common.is_kept(name, keep):
                 return "float32"
