@@ -5,8 +5,8 @@ int8-weights is weight-only: each linear's weight int8 per channel (scale max|w|
 `quantized_decomposed.dequantize_per_channel`, applied to float activations, which XNNPACK runs as its
 f32-qc8w fully connected kernel (the partitioner's linear config is extended to take that pattern,
 edgekit.converters.torch_to_pte). int4-weights is torchao's `Int8DynamicActivationIntxWeightConfig` in groups
-of `--group-size`: XNNPACK has no float-activation kernel for groupwise int4, so its activations are quantized
-per token at run time (8da4w); the LM head stays int8 weight-only at int4 (its error goes straight into the
+of `--group-size`, its activations quantized per token at run time (8da4w; the weight-only pattern is taken for
+per-channel int8 only, groupwise int4 on float activations is not tried); the LM head stays int8 weight-only at int4 (its error goes straight into the
 logits: at int4 the sample's agreement was 0.880 rounding to nearest, 0.905 with the head at int8, at 0.166×
 and 0.175× of fp32). torchao's weight-only form (`IntxWeightOnlyConfig`) is not used: its scales
 reach the delegate as run-time inputs and the lowered program's logits are wrong. The embedding table is int8
