@@ -58,21 +58,30 @@ def record(source, precision: str, *, weights: str, activations: str, embedding:
             "activations": activations, **({"group_size": group_size} if group_size else {})}
 
 
+TIED = ("model.embed_tokens", "lm_head")  # one table when the config ties the head to the embedding
+
+
+def keeps_tied_table(cfg, keep: tuple[str, ...]) -> bool:
+    """Whether `keep` holds float the table a tied LM head and the embedding share (naming either of them)."""
+    return cfg.tied and any(is_kept(n, keep) for n in TIED)
+
+
 def data_aware(module, ctx, fmt: str, precision: str, group: int | None, keep: tuple[str, ...],
-               shared_head: bool = False, int8_head: bool = False) -> str:
+               shared_head: bool = False, head_group: int | None = None) -> str:
     """With calibration text (`ctx.lm_tokens`), the decoder's linears rounded by GPTQ onto `fmt`'s grid at
     `precision` (groups of `group` input columns; None: per channel), in place, before the framework quantizes
     them; what `record` calls the rounding. `shared_head`: the format stores a tied LM head as the embedding's
     table, once; the head is then left as the table (rounding it apart would store a second table).
-    `int8_head`: the format stores the LM head int8 per channel at every precision."""
+    The LM head is int8 in every format at both precisions: its grid is int8, per channel or in groups of
+    `head_group` input columns."""
     if precision == "fp32" or ctx.lm_tokens is None:
         return "round to nearest"
     bits = 4 if precision == "int4-weights" else 8
     tied = shared_head and ctx.source.config.tied
 
     def grid_of(name, w):
-        if int8_head and name == "lm_head":
-            return grid(fmt, 8, w, w.shape[1])
+        if name == "lm_head":
+            return grid(fmt, 8, w, head_group or w.shape[1])
         return grid(fmt, bits, w, group or w.shape[1])
 
     done = gptq_decoder(module, ctx.lm_tokens, grid_of, skip=lambda name: is_kept(name, keep) or (tied and name == "lm_head"))

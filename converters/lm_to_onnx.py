@@ -49,9 +49,9 @@ class LmToOnnx(Converter):
         module = source.decoder()
         group = spec.group_size if precision == "int4-weights" else None
         keep = lm_common.kept(spec, module) if precision != "fp32" else ()
-        shared = _shares_table(source, keep)
+        shared = source.config.tied and not lm_common.keeps_tied_table(source.config, keep)  # one table for both
         rounding = lm_common.data_aware(module, ctx, "onnx", precision, group or INT8_BLOCK, keep, shared_head=shared,
-                                        int8_head=True)
+                                        head_group=INT8_BLOCK)
         tokens = torch.export.Dim("tokens", min=1, max=source.max_seq_len)
         names = [t.name for t in src.signature.inputs]
         fp32_path = ctx.work_dir / "decoder.exported.onnx"
@@ -68,11 +68,6 @@ class LmToOnnx(Converter):
                               head=head, keep=keep, group_size=group, rounding=rounding)
         return ModelArtifact("onnx", str(out_path), src.signature, precision, files=onnx_files(out_path),
                              meta=ArtifactMeta(lm=lm))
-
-
-def _shares_table(source, keep: tuple[str, ...]) -> bool:
-    """Whether the embedding looks its rows up in the LM head's int8 weights: a tied head, neither kept."""
-    return source.config.tied and not any(lm_common.is_kept(n, keep) for n in ("model.embed_tokens", "lm_head"))
 
 
 def _write(fp32_path: Path, out_path: Path, bits: int | None, block: int, keep: tuple[str, ...],
@@ -103,26 +98,27 @@ def _quantize(model, bits: int, block: int, keep: tuple[str, ...], shared: bool)
     matmuls = [n for n in model.graph.node if n.op_type == "MatMul"]
     kept = [n.name for n in matmuls if lm_common.is_kept(_module(n), keep)]
     head = [n.name for n in matmuls if _module(n) == "lm_head" and n.name not in kept]
+    heads = {n.output[0] for n in matmuls if n.name in head}  # the quantizer keeps a node's outputs
+    lookup = next((n.name for n in model.graph.node if n.op_type == "Gather" and _module(n) == "model.embed_tokens"), None)
     model = quantized(model, bits, block, kept + head)
     if head:
         model = quantized(model, 8, INT8_BLOCK, [n.name for n in matmuls if n.name not in head])
     if shared:
-        _table_from_head(model, head)
+        _table_from_head(model, lookup, heads)
     else:
         _int8_tables(model, keep)
     return model
 
 
-def _table_from_head(model, head_names: list[str]) -> None:
-    """The embedding's Gather (on a 2-D float table) replaced by a lookup of the same rows in the tied LM head's
-    8-bit MatMulNBits weights (uint8 [vocab, K / block, block], zero point 128, and a scale per block): one table
-    in the file for both."""
+def _table_from_head(model, lookup_name: str, heads: set[str]) -> None:
+    """The embedding's Gather (the node `lookup_name`) replaced by a lookup of the same rows in the tied LM head's
+    8-bit MatMulNBits weights (the node writing an output in `heads`; uint8 [vocab, K / block, block], zero point
+    128, and a scale per block): one table in the file for both."""
     from onnx import TensorProto, helper, numpy_helper
 
     inits = {i.name: i for i in model.graph.initializer}
-    lookup = next(n for n in model.graph.node if n.op_type == "Gather" and n.input[0] in inits
-                  and len(inits[n.input[0]].dims) == 2 and inits[n.input[0]].data_type == TensorProto.FLOAT)
-    head = next(n for n in model.graph.node if n.op_type == "MatMulNBits" and n.name in {f"{h}_Q8" for h in head_names})
+    lookup = next(n for n in model.graph.node if n.name == lookup_name)
+    head = next(n for n in model.graph.node if n.op_type == "MatMulNBits" and n.output[0] in heads)
     levels, scales = head.input[1], head.input[2]
     hidden = inits[lookup.input[0]].dims[1]
     ids, out, name = lookup.input[1], lookup.output[0], lookup.name

@@ -44,7 +44,7 @@ class LmToPte(Converter):
         module = source.decoder()
         keep = lm_common.kept(spec, module)
         group = spec.group_size if precision == "int4-weights" else None
-        rounding = lm_common.data_aware(module, ctx, "pte", precision, group, keep, int8_head=True)
+        rounding = lm_common.data_aware(module, ctx, "pte", precision, group, keep)
         if precision != "fp32":
             _quantize(module, precision, group, keep)
             if not lm_common.is_kept("model.embed_tokens", keep):

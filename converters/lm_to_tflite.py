@@ -45,8 +45,10 @@ class LmToTflite(Converter):
         source, spec = ctx.source, ctx.spec
         module = source.decoder()
         group = spec.group_size if precision == "int4-weights" else None
-        keep = _with_tied(module, lm_common.kept(spec, module)) if precision != "fp32" else ()
-        rounding = lm_common.data_aware(module, ctx, "tflite", precision, group, keep, shared_head=True, int8_head=True)
+        keep = lm_common.kept(spec, module) if precision != "fp32" else ()
+        if lm_common.keeps_tied_table(source.config, keep):  # the file stores the two as one table: both kept
+            keep += tuple(n for n in lm_common.TIED if not lm_common.is_kept(n, keep))
+        rounding = lm_common.data_aware(module, ctx, "tflite", precision, group, keep, shared_head=True)
         converter = None
         for name, args in lm_common.entry_points(source).items():
             converter = (converter or litert_torch).signature(name, module, args)
@@ -71,16 +73,7 @@ class LmToTflite(Converter):
         return ModelArtifact("tflite", str(out_path), src.signature, precision, meta=ArtifactMeta(lm=lm))
 
 
-INT8_AT_INT4 = ("model.embed_tokens", "lm_head")  # int8 per channel at int4-weights too (see the module's notes)
-
-
-def _with_tied(module, keep: tuple[str, ...]) -> tuple[str, ...]:
-    """`keep`, with the embedding added where it keeps a tied LM head, and the head where it keeps the
-    embedding: the file stores the two as one table."""
-    pair = ("model.embed_tokens", "lm_head")
-    if module.cfg.tied and any(lm_common.is_kept(n, keep) for n in pair):
-        return keep + tuple(n for n in pair if not lm_common.is_kept(n, keep))
-    return keep
+INT8_AT_INT4 = lm_common.TIED  # the embedding table and the LM head: int8 per channel at int4-weights too (see above)
 
 
 def _scopes(module, names) -> list[str]:

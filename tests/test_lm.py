@@ -406,3 +406,31 @@ def test_keep_holds_the_named_weights_float_in_every_format(tmp_path):
         assert ("lm_head", "float32") in by, (a["target"], view["weights"])
     tflite = next(a for a in json.loads(proc.stdout)["artifacts"] if a["target"] == "tflite")
     assert tflite["lm"]["weights"]["embedding"] == "float32"
+
+
+def test_gptq_takes_each_linears_hessian_from_the_inputs_a_full_forward_gives_it(tmp_path, monkeypatch):
+    """GPTQ runs each layer on inputs kept from the layer before; with rounding that changes nothing, every
+    linear's Hessian must be 2/N Σ x xᵀ of what that linear sees in a plain forward pass of the decoder."""
+    import torch
+
+    from edgekit.calibration import lm_gptq
+    from edgekit.sources.lm_decoder import example_inputs
+    from edgekit.sources.lm_source import LMSource
+
+    module = LMSource(str(_hf_folder(tmp_path, "Qwen2")), 16, 4).decoder()
+    windows = np.random.default_rng(0).integers(0, 96, (3, 16))
+    seen = {}
+    monkeypatch.setattr(lm_gptq, "_round", lambda weight, H, name: (seen.setdefault(name, H), weight)[1])
+    names = [n for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert lm_gptq.gptq_decoder(module, windows, lambda name, w: name) == len(names) == len(seen)  # the "grid": its name
+    inputs = {n: [] for n in names}
+    hooks = [m.register_forward_hook(lambda m, i, o, n=n: inputs[n].append(i[0].reshape(-1, i[0].shape[-1]).double()))
+             for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
+    with torch.no_grad():
+        for w in windows:
+            module(torch.as_tensor(w)[None], torch.arange(16), *example_inputs(module.cfg, 16, 1)[2:])
+    for h in hooks:
+        h.remove()
+    for name, H in seen.items():
+        x = torch.cat(inputs[name])
+        assert torch.allclose(H, 2 * x.T @ x / len(x), rtol=1e-5, atol=1e-8), name

@@ -88,7 +88,7 @@ def weight_uses(nodes, consts: dict, ints) -> list[dict]:
                 other = "embedding" if first["role"] == "lookup" else "LM head"
                 uses.append({**first, "role": role, "bytes": 0, "scheme": f"shared with the {other}"})
             continue
-        packed = nbits.get(x) if n.op_type != "MatMulNBits" else n  # a lookup in a MatMulNBits weight reads it packed
+        packed = nbits.get(x)  # a MatMulNBits weight, packed (a lookup of the tied table reads it so too)
         (code, dims), attrs = consts[x], ints(packed if packed is not None else n)
         use = {"role": role, "dtype": _dtype(code), "dims": list(dims), "bytes": tensor_bytes(code, dims), "scheme": ""}
         if packed is not None or n.op_type == "GatherBlockQuantized":  # packed: the bits and logical dims are attributes
