@@ -3,7 +3,8 @@ export, the weights `--keep` holds back, the data-aware rounding `--calib` text 
 what was made (`ArtifactMeta.lm`).
 
 Every LM artifact has the same two entry points, each (tokens, input_pos, k_cache, v_cache) → (logits,
-k_cache, v_cache): `prefill`, `prefill_len` tokens at once, and `decode`, one token. A format with one graph
+k_new, v_new), the app writing the new keys and values into its cache (edgekit.sources.lm_decoder):
+`prefill`, `prefill_len` tokens at once, and `decode`, one token. A format with one graph
 for both (ONNX: the token count is a dynamic dimension) serves them from that graph.
 """
 

@@ -1,6 +1,6 @@
 """decoder LM → onnx: the static-cache decoder as one ONNX graph whose token count is dynamic (1 for
 `decode`, up to `max_seq_len` for `prefill`), inputs tokens, input_pos, k_cache, v_cache and outputs logits,
-k_cache_out, v_cache_out.
+k_new, v_new (the new keys and values; the app writes them into its cache).
 
 int8-weights and int4-weights are ONNX Runtime's `MatMulNBitsQuantizer`: every MatMul with constant
 weights becomes `MatMulNBits` (int8 in blocks of 32: it writes no per-channel form; int4 in groups of

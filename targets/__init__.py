@@ -39,7 +39,8 @@ class TargetBackend(Protocol):
     trace_layers: Callable[..., tuple] | None  # per-layer drift against the fp32 artifact (edgekit.targets.layers);
     # its keyword `gains` asks for what keeping each layer float gains, where the tracer can measure it
     runtime_only: Callable[[], None] | None  # what a process that only runs artifacts does first, or None
-    # a decoder LM artifact's entry points by name, each (tokens, input_pos, k_cache, v_cache) → (logits, k, v)
+    # a decoder LM artifact's entry points by name, each (tokens, input_pos, k_cache, v_cache) → (logits, k, v),
+    # the artifact's new keys and values written into the caches given (edgekit.targets.lm_cache)
     lm_entry_points: Callable[..., dict] | None
 
 

@@ -115,8 +115,8 @@ def lm_entry(io_dtypes: dict, io_shapes: dict | None) -> dict:
 
 def lm_view(entry_points: dict, weight_uses: list[dict], outside_delegate: list[str] | None = None) -> dict | None:
     """A decoder LM's facts from its file, or None when an entry point's inputs and outputs are not
-    (tokens [1, T], positions [T], k cache, v cache) → (logits [1, T, vocab], k cache, v cache), the form every LM
-    converter writes. `entry_points`: name → {"inputs", "outputs"}, each a list of (dtype, shape); `weight_uses`:
+    (tokens [1, T], positions [T], k cache, v cache) → (logits [1, T, vocab], new keys, new values), the form every LM
+    converter writes: the new entries are the cache's shape with T positions, and the app writes them in. `entry_points`: name → {"inputs", "outputs"}, each a list of (dtype, shape); `weight_uses`:
     the constants a lookup or a matmul reads, each {role: "lookup" | "matmul", dtype, dims, bytes, scheme}.
     Gives tokens per call of each entry point (None: any count), the cache (shape, dtype, bytes of both), the
     vocabulary, the weights by group (embedding: a lookup's table; lm_head: a matmul weight with a vocabulary-sized
@@ -128,8 +128,10 @@ def lm_view(entry_points: dict, weight_uses: list[dict], outside_delegate: list[
         if len(ins) != 4 or len(outs) != 3 or any(s is None for _, s in ins + outs):
             return None
         (tok_t, tok), (pos_t, _), (k_t, k), (v_t, v) = ins
+        new = outs[1][1]
         if not (tok_t.startswith("int") and pos_t.startswith("int") and len(tok) == 2 and len(k) == 4 and k == v
-                and len(outs[0][1]) == 3 and outs[1][1] == k and k_t == v_t and k_t.startswith("float")):
+                and len(outs[0][1]) == 3 and len(new) == 4 and (new[:2], new[3]) == (k[:2], k[3]) and outs[2] == outs[1]
+                and k_t == v_t and k_t.startswith("float")):
             return None
         tokens[name] = tok[1] if isinstance(tok[1], int) else None
         cache = (k_t, k, outs[0][1][-1])

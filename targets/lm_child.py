@@ -63,15 +63,15 @@ def generate(calls: dict, prompt: np.ndarray, count: int, cache_shape) -> np.nda
 
 def timed_calls(calls: dict, prefill_len: int, cache_shape, vocab: int, seed: int = 0) -> dict:
     """What `edgekit bench` times of a decoder LM: `prefill` (its `prefill_len` tokens from an empty cache, as an
-    app's first call) and `decode` (one token at the next position, the cache carried from call to call, the
+    app's first call) and `decode` (one token at the next position, the cache kept from call to call, the
     position wrapping back to `prefill_len` at the cache's end), on seeded random tokens."""
     rng = np.random.default_rng(seed)
     prompt = rng.integers(0, vocab, (1, prefill_len), dtype=np.int64)
-    empty = np.zeros(cache_shape, np.float32)
-    state = {"k": empty.copy(), "v": empty.copy(), "pos": prefill_len}
+    first = (np.zeros(cache_shape, np.float32), np.zeros(cache_shape, np.float32))  # prefill's own: it writes them
+    state = {"k": np.zeros(cache_shape, np.float32), "v": np.zeros(cache_shape, np.float32), "pos": prefill_len}
 
     def prefill():
-        calls["prefill"](prompt, np.arange(prefill_len, dtype=np.int64), empty, empty)
+        calls["prefill"](prompt, np.arange(prefill_len, dtype=np.int64), *first)
 
     def decode():
         token = rng.integers(0, vocab, (1, 1), dtype=np.int64)

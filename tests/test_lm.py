@@ -20,6 +20,7 @@ from edgekit.core.formats import detect
 from edgekit.core.lm_verify import common_prefix, lm_metrics, lm_verdict, perplexity
 from edgekit.core.verify import Status
 from edgekit.sources.lm_folder import DecoderConfig
+from edgekit.targets.lm_cache import writing
 from tests.conftest import REPO, run_cli
 
 SAMPLE_LM = REPO / "sample_models" / "tiny_lm"
@@ -85,15 +86,21 @@ def test_the_static_cache_decoder_computes_what_transformers_computes(tmp_path, 
     tokens = np.random.default_rng(1).integers(0, 96, (1, 24))
     reference = source.reference_logits(tokens)[0]
     decoder = source.decoder()
-    _, _, k, v = source.example_inputs(1)
+    # caches full of another text's entries: a call reads only the positions before its own
+    k, v = np.random.default_rng(2).normal(size=(2, *source.config.cache_shape(32))).astype(np.float32)
+
+    def call(*args):  # numpy in and out, as an artifact's runtime; the new keys and values written in by the host
+        with torch.no_grad():
+            return tuple(t.numpy() for t in decoder(*map(torch.from_numpy, args)))
+
+    step = writing(call)
     rows = []
-    with torch.no_grad():
-        logits, k, v = decoder(torch.from_numpy(tokens[:, :8]), torch.arange(8), k, v)  # prefill
+    logits, k, v = step(tokens[:, :8], np.arange(8), k, v)  # prefill
+    rows.append(logits[0])
+    for pos in range(8, 24):  # then decode, one token at a time through the cache
+        logits, k, v = step(tokens[:, pos:pos + 1], np.array([pos]), k, v)
         rows.append(logits[0])
-        for pos in range(8, 24):  # then decode, one token at a time through the cache
-            logits, k, v = decoder(torch.from_numpy(tokens[:, pos:pos + 1]), torch.tensor([pos]), k, v)
-            rows.append(logits[0])
-    ours = torch.cat(rows).numpy()
+    ours = np.concatenate(rows)
     assert np.abs(ours - reference).max() < 1e-4 * np.abs(reference).max()
     assert (ours.argmax(-1) == reference.argmax(-1)).all()
 
@@ -228,8 +235,9 @@ def test_the_lm_view_reads_entry_points_cache_and_weight_groups_from_inputs_outp
     from edgekit.targets.inspection import lm_view
 
     cache = ("float32", [2, 1, 16, 8])
+    new = ("float32", [2, 1, 4, 8])  # the 4 tokens' keys and values
     step = {"inputs": [("int64", [1, 4]), ("int64", [4]), cache, cache],
-            "outputs": [("float32", [1, 4, 50]), cache, cache]}
+            "outputs": [("float32", [1, 4, 50]), new, new]}
     uses = [{"role": "lookup", "dtype": "int8", "dims": [50, 16], "bytes": 800, "scheme": "per row"},
             {"role": "lookup", "dtype": "float32", "dims": [16, 4], "bytes": 256, "scheme": ""},  # RoPE, by position
             {"role": "matmul", "dtype": "int4", "dims": [32, 16], "bytes": 256, "scheme": "blocks of 32"},
@@ -242,6 +250,8 @@ def test_the_lm_view_reads_entry_points_cache_and_weight_groups_from_inputs_outp
         ("embedding", 1, 800), ("linears", 2, 512), ("lm_head", 1, 400)]
     image = {"inputs": [("float32", [1, 3, 8, 8])], "outputs": [("float32", [1, 10])]}
     assert lm_view({"graph": image}, uses) is None  # not a decoder LM: no LM view
+    whole = {**step, "outputs": [("float32", [1, 4, 50]), ("float32", [2, 1, 4, 9]), new]}
+    assert lm_view({"graph": whole}, uses) is None  # new keys of another head size: not this form
 
 
 @pytest.mark.slow

@@ -1,14 +1,18 @@
-"""The decoder edgekit exports: a Llama-style causal LM with a static KV cache passed in and out.
+"""The decoder edgekit exports: a Llama-style causal LM that reads a static KV cache and returns the new entries.
 
-    logits, k_cache, v_cache = decoder(tokens[1, T], input_pos[T], k_cache, v_cache)
+    logits, k_new, v_new = decoder(tokens[1, T], input_pos[T], k_cache, v_cache)
 
 Each cache is one float32 tensor, layers × KV heads × `max_seq_len` × head size (`DecoderConfig.cache_shape`);
-`input_pos` holds the absolute position of each of the T tokens. The same module is prefill (T = the
-prefill length) and decode (T = 1). The cache is written with a one-hot product rather than a scatter,
-and RoPE's cos/sin are gathered from tables: elementwise ops, gathers and matmuls every converter
-(litert-torch, ExecuTorch's XNNPACK lowering, the ONNX exporter) takes, at the cost of rewriting the
-cache once a step. The weights are the folder's own, loaded from safetensors (no pickle); module names
-are Hugging Face's (`model.layers.0.self_attn.q_proj`), so a weight's name reads the same in every report.
+`input_pos` holds the absolute positions of the T tokens, consecutive. The same module is prefill (T = the
+prefill length) and decode (T = 1). The call only reads the cache: its queries attend to the cache's
+positions before `input_pos[0]` and to the T new keys side by side, and it returns the new keys and values
+(layers × KV heads × T × head size), which the app writes into its cache at `input_pos`
+(edgekit.targets.lm_cache). A call thus copies no cache (written inside the graph, it was rewritten whole
+at every step and returned whole), and entries at later positions, left from an earlier text, are never
+read. RoPE's cos/sin are gathered from tables: elementwise ops,
+gathers and matmuls every converter (litert-torch, ExecuTorch's XNNPACK lowering, the ONNX exporter) takes.
+The weights are the folder's own, loaded from safetensors (no pickle); module names are Hugging Face's
+(`model.layers.0.self_attn.q_proj`), so a weight's name reads the same in every report.
 """
 
 from __future__ import annotations
@@ -95,8 +99,9 @@ def _classes() -> dict:
                 self.k_norm = RMSNorm(hd, cfg.rms_eps)
             self.cfg = cfg
 
-        def forward(self, x, cos, sin, mask, write, keep, k_cache, v_cache):
-            """(the attention output, this layer's keys and values with the T new ones written at their positions)."""
+        def forward(self, x, cos, sin, mask, k_cache, v_cache):
+            """(the attention output, the T new keys and values): the queries attend to the cache's positions
+            and to the new keys side by side, the mask choosing which; the cache itself is only read."""
             c, t = self.cfg, x.shape[1]
             q = self.q_proj(x).view(t, c.heads, c.head_dim).transpose(0, 1)  # heads × T × size
             k = self.k_proj(x).view(t, c.kv_heads, c.head_dim).transpose(0, 1)
@@ -104,14 +109,14 @@ def _classes() -> dict:
             if c.qk_norm:
                 q, k = self.q_norm(q), self.k_norm(k)
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-            k_cache = k_cache * keep + torch.bmm(write, k)  # KV heads × positions × size
-            v_cache = v_cache * keep + torch.bmm(write, v)
             group = c.heads // c.kv_heads  # the query heads sharing one KV head, side by side in its rows
             q = q.reshape(c.kv_heads, group * t, c.head_dim)
-            scores = torch.bmm(q, k_cache.transpose(1, 2)) * (c.head_dim ** -0.5) + mask
-            out = torch.bmm(torch.softmax(scores, dim=-1), v_cache)  # KV heads × group·T × size
+            scores = torch.cat((torch.bmm(q, k_cache.transpose(1, 2)), torch.bmm(q, k.transpose(1, 2))), dim=-1)
+            weights = torch.softmax(scores * (c.head_dim ** -0.5) + mask, dim=-1)
+            positions = k_cache.shape[1]
+            out = torch.bmm(weights[..., :positions], v_cache) + torch.bmm(weights[..., positions:], v)
             out = out.reshape(c.heads, t, c.head_dim).transpose(0, 1).reshape(1, t, c.heads * c.head_dim)
-            return self.o_proj(out), k_cache, v_cache
+            return self.o_proj(out), k, v
 
     class MLP(nn.Module):
         """SwiGLU: down(silu(gate(x)) × up(x))."""
@@ -152,7 +157,7 @@ def _classes() -> dict:
             self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
 
     class Decoder(nn.Module):
-        """Hugging Face's module tree (model.*, lm_head) with a static cache in and out."""
+        """Hugging Face's module tree (model.*, lm_head) reading a static cache, returning the new entries."""
 
         def __init__(self, cfg: DecoderConfig, max_seq_len: int):
             super().__init__()
@@ -167,20 +172,18 @@ def _classes() -> dict:
             self.register_buffer("rope_sin", angles.sin(), persistent=False)
 
         def forward(self, tokens, input_pos, k_cache, v_cache):
-            """(logits for each of the T tokens, the caches with the T tokens written)."""
-            c, t = self.cfg, tokens.shape[1]
+            """(logits for each of the T tokens, their keys and values: layers × KV heads × T × size each)."""
+            c = self.cfg
             cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]  # T × size
             positions = torch.arange(self.max_seq_len, dtype=torch.int64)
-            hit = positions[None, :] == input_pos[:, None]  # T × positions: where each token is written
-            write = hit.to(torch.float32).transpose(0, 1)  # positions × T
-            keep = 1.0 - write.sum(dim=1, keepdim=True)  # positions × 1: 0 where a token is written
-            write = write.expand(c.kv_heads, -1, -1)  # once per call, not per layer: bmm, not a broadcasting matmul
-            seen = positions[None, :] <= input_pos[:, None]  # causal: a token sees positions up to its own
+            written = positions[None, :] < input_pos[:1, None]  # 1 × positions: the cache before this call
+            causal = input_pos[None, :] <= input_pos[:, None]  # T × T: a new token sees those up to its own
+            seen = torch.cat((written.expand(causal.shape[0], -1), causal), dim=-1)
             mask = torch.where(seen, 0.0, float("-inf")).repeat(c.heads // c.kv_heads, 1)
             x = self.model.embed_tokens(tokens)
             keys, values = [], []
             for i, layer in enumerate(self.model.layers):
-                x, k, v = layer(x, cos, sin, mask, write, keep, k_cache[i], v_cache[i])
+                x, k, v = layer(x, cos, sin, mask, k_cache[i], v_cache[i])
                 keys.append(k)
                 values.append(v)
             return self.lm_head(self.model.norm(x)), torch.stack(keys), torch.stack(values)

@@ -42,10 +42,11 @@ class LMSource:
         self.state = load_weights(self.folder)
         self._reference = None
         cache = self.config.cache_shape(self.max_seq_len)
+        new = (*cache[:2], 1, cache[3])  # one token's keys and values, per layer and KV head
         signature = Signature((TensorSpec("tokens", (1, 1), "int64"), TensorSpec("input_pos", (1,), "int64"),
                                TensorSpec("k_cache", cache, "float32"), TensorSpec("v_cache", cache, "float32")),
                               (TensorSpec("logits", (1, 1, self.config.vocab_size), "float32"),
-                               TensorSpec("k_cache_out", cache, "float32"), TensorSpec("v_cache_out", cache, "float32")))
+                               TensorSpec("k_new", new, "float32"), TensorSpec("v_new", new, "float32")))
         files = [*weight_files(self.folder), self.folder / "config.json"]
         files += [self.folder / TOKENIZER] if (self.folder / TOKENIZER).is_file() else []
         self.artifact = ModelArtifact("hf-causal-lm", str(self.folder), signature, files=tuple(map(str, files)))

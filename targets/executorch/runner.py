@@ -11,6 +11,7 @@ import numpy as np
 
 from edgekit.core import io_params
 from edgekit.core.signature import Signature
+from edgekit.targets.lm_cache import writing
 
 
 class PteRunner:
@@ -73,7 +74,8 @@ def _entry(entries: list, i: int) -> dict | None:
 
 def lm_entry_points(path: str, threads: int = 1) -> dict:
     """A decoder LM .pte's methods by name (prefill, decode), each called with (tokens, input_pos, k_cache,
-    v_cache) and returning (logits, k_cache, v_cache) as numpy. `threads` is XNNPACK's, set for the process."""
+    v_cache) and returning (logits, k_cache, v_cache) as numpy, the new keys and values written into the caches
+    (edgekit.targets.lm_cache). `threads` is XNNPACK's, set for the process."""
     import torch
     from executorch.runtime import Runtime
 
@@ -84,8 +86,8 @@ def lm_entry_points(path: str, threads: int = 1) -> dict:
         method = program.load_method(name)
 
         def call(*args, method=method):
-            outs = method.execute([torch.from_numpy(np.array(a, copy=True)) for a in args])
+            outs = method.execute([torch.from_numpy(np.require(a, requirements=("C", "W"))) for a in args])
             return tuple(o.numpy() for o in outs)
 
-        calls[name] = call
+        calls[name] = writing(call)
     return calls

@@ -6,6 +6,7 @@ import numpy as np
 
 from edgekit.core import io_params
 from edgekit.core.signature import Signature
+from edgekit.targets.lm_cache import writing
 
 ORT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
              "tensor(int32)": np.int32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8,
@@ -70,11 +71,13 @@ class OnnxRunner:
 
 def lm_entry_points(path: str, threads: int = 1, ort_format: bool = False) -> dict:
     """A decoder LM .onnx (or .ort) as its entry points: one graph whose token count is dynamic serves both
-    prefill and decode, (tokens, input_pos, k_cache, v_cache) → (logits, k_cache, v_cache)."""
+    prefill and decode, (tokens, input_pos, k_cache, v_cache) → (logits, k_cache, v_cache), the graph's new
+    keys and values written into the caches (edgekit.targets.lm_cache)."""
     sess = session(path, threads=threads, ort_format=ort_format)
     names = [i.name for i in sess.get_inputs()]
 
     def call(*args):
         return tuple(sess.run(None, dict(zip(names, args))))
 
+    call = writing(call)
     return {"prefill": call, "decode": call}

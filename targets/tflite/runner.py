@@ -8,6 +8,7 @@ import numpy as np
 
 from edgekit.core import io_params
 from edgekit.core.signature import Signature
+from edgekit.targets.lm_cache import writing
 
 
 def _order(name: str) -> tuple[int, str]:
@@ -84,7 +85,8 @@ def _dequantize(y: np.ndarray, detail: dict) -> np.ndarray:
 
 def lm_entry_points(path: str, threads: int = 1) -> dict:
     """A decoder LM .tflite's signatures by name (prefill, decode), each called with (tokens, input_pos,
-    k_cache, v_cache) and returning (logits, k_cache, v_cache); ids and positions go in as LiteRT's int32."""
+    k_cache, v_cache) and returning (logits, k_cache, v_cache), the new keys and values written into the caches
+    (edgekit.targets.lm_cache); ids and positions go in as LiteRT's int32."""
     from ai_edge_litert.interpreter import Interpreter
 
     interp = Interpreter(model_path=path, num_threads=threads)
@@ -99,5 +101,5 @@ def lm_entry_points(path: str, threads: int = 1) -> dict:
             got = runner(**{k: np.asarray(a, dtype=ins[k]["dtype"]) for k, a in zip(keys, args)})
             return tuple(got[k] for k in outs)
 
-        calls[name] = call
+        calls[name] = writing(call)
     return calls

@@ -95,7 +95,8 @@ def lm_texts(lm: dict) -> dict[str, str]:
     c = lm["cache"]
     out = {"entry points": calls,
            "cache": f"k and v {'×'.join(map(str, c['shape']))} {c['dtype']} (layers × kv heads × max {lm['max_seq_len']} "
-                    f"positions × head size): {size_text(c['bytes'])}; vocabulary {lm['vocab']}",
+                    f"positions × head size): {size_text(c['bytes'])}, held by the app, which writes each call's new keys and "
+                    f"values in; vocabulary {lm['vocab']}",
            "weights": "; ".join(f"{w['group']} {w['dtype']}" + (f" {w['scheme']}" if w["scheme"] else "")
                                 + (f" ({w['tensors']} tensors)" if w["tensors"] > 1 else "")
                                 + (f" {size_text(w['bytes'])}" if w["bytes"] else "") for w in lm["weights"]) or "—"}
