@@ -46,7 +46,7 @@ class LmToOnnx(Converter):
         import torch
 
         source, spec = ctx.source, ctx.spec
-        module = source.decoder()
+        module = source.decoder(norm="divide")  # ONNX Runtime fuses each norm into one op
         group = spec.group_size if precision == "int4-weights" else None
         keep = lm_common.kept(spec, module) if precision != "fp32" else ()
         shared = source.config.tied and not lm_common.keeps_tied_table(source.config, keep)  # one table for both

@@ -39,8 +39,9 @@ def load_weights(folder: Path) -> dict:
     return {k: v.to(torch.float32) for k, v in state.items()}
 
 
-def build_decoder(cfg: DecoderConfig, state: dict, max_seq_len: int):
-    """The static-cache decoder of `cfg` with the weights `state` (Hugging Face names), in eval mode."""
+def build_decoder(cfg: DecoderConfig, state: dict, max_seq_len: int, norm: str = "inner"):
+    """The static-cache decoder of `cfg` with the weights `state` (Hugging Face names), in eval mode, its RMS
+    norms in the form `norm` ("inner" or "divide", see RMSNorm)."""
     if not 1 <= max_seq_len <= cfg.max_positions:
         raise BadInput(f"--max-seq-len {max_seq_len} is outside the model's 1..{cfg.max_positions} positions",
                        fix=f"give --max-seq-len at most {cfg.max_positions}")
@@ -53,6 +54,9 @@ def build_decoder(cfg: DecoderConfig, state: dict, max_seq_len: int):
     if missing or unexpected:
         raise BadInput(f"the weights do not fit a {cfg.architecture}: missing {missing[:3]}, unexpected {unexpected[:3]}",
                        fix="check that config.json belongs to these safetensors")
+    for m in model.modules():
+        if hasattr(m, "form"):
+            m.form = norm
     return model.eval()
 
 
@@ -70,17 +74,22 @@ def _classes() -> dict:
     from torch import nn
 
     class RMSNorm(nn.Module):
-        """x / RMS(x) × weight, in float32 as Hugging Face's."""
+        """x / RMS(x) × weight, in float32 as Hugging Face's, in the form its runtime runs as one op (`form`)."""
 
         def __init__(self, size: int, eps: float):
             super().__init__()
             self.weight = nn.Parameter(torch.ones(size))
             self.eps = eps
+            self.form = "inner"
 
         def forward(self, x):
-            """x normalised by its root mean square over the last dimension, scaled. The mean is taken over the
-            two inner dimensions of x² with a unit one added: the form XNNPACK's delegate takes (a 4-D mean over
-            the inner dimensions); over the last one, every norm left the delegate and split the graph."""
+            """x normalised by its root mean square over the last dimension, scaled. "inner": the mean is taken
+            over the two inner dimensions of x² with a unit one added, the form XNNPACK's delegate takes (a 4-D
+            mean over the inner dimensions); over the last one, every norm left the delegate and split the graph.
+            "divide": x ÷ √(mean x² + ε) × weight, the pattern ONNX Runtime fuses into one
+            SimplifiedLayerNormalization (it does not fuse the reciprocal square root)."""
+            if self.form == "divide":
+                return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
             square = x.pow(2).unsqueeze(-1)
             return x * torch.rsqrt(square.mean((-2, -1), keepdim=True).flatten(-2) + self.eps) * self.weight
 

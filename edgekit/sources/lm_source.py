@@ -51,11 +51,12 @@ class LMSource:
         files += [self.folder / TOKENIZER] if (self.folder / TOKENIZER).is_file() else []
         self.artifact = ModelArtifact("hf-causal-lm", str(self.folder), signature, files=tuple(map(str, files)))
 
-    def decoder(self):
-        """A fresh static-cache decoder with the folder's weights (converters quantize it in place)."""
+    def decoder(self, norm: str = "inner"):
+        """A fresh static-cache decoder with the folder's weights (converters quantize it in place), its RMS
+        norms in the form its runtime fuses (edgekit.sources.lm_decoder.build_decoder)."""
         from edgekit.sources.lm_decoder import build_decoder  # local: the module defines torch modules
 
-        return build_decoder(self.config, self.state, self.max_seq_len)
+        return build_decoder(self.config, self.state, self.max_seq_len, norm)
 
     def example_inputs(self, tokens: int) -> tuple:
         """(tokens, input_pos, k_cache, v_cache) for `tokens` tokens from position 0, with empty caches."""
