@@ -8,8 +8,8 @@ prefill length) and decode (T = 1). The call only reads the cache: its queries a
 positions before `input_pos[0]` and to the T new keys side by side, and it returns the new keys and values
 (layers × KV heads × T × head size), which the app writes into its cache at `input_pos`
 (edgekit.targets.lm_cache). A call thus copies no cache (written inside the graph, it was rewritten whole
-at every step and returned whole), and entries at later positions, left from an earlier text, are never
-read. RoPE's cos/sin are gathered from tables: elementwise ops,
+at every step and returned whole), and entries at later positions, left from an earlier text, are masked
+out (any finite values: each is weighted by zero). RoPE's cos/sin are gathered from tables: elementwise ops,
 gathers and matmuls every converter (litert-torch, ExecuTorch's XNNPACK lowering, the ONNX exporter) takes.
 The weights are the folder's own, loaded from safetensors (no pickle); module names are Hugging Face's
 (`model.layers.0.self_attn.q_proj`), so a weight's name reads the same in every report.
