@@ -68,8 +68,8 @@ class OnnxToOrt(Converter):
     name = "onnx_to_ort"
     source = "onnx"
     target = "ort"
-    # not int4-weights: the ORT format has no 4-bit tensor type for its quantized embedding table (loading fails)
-    precisions = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights")
+    # int4-weights: a decoder LM's 4-bit MatMulNBits weights are packed bytes; its embedding table is int8
+    precisions = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights")
     extra = "onnx"
     requires = ("onnx", "onnxruntime")  # no torch: ONNX models from TensorFlow take this edge too
     cost = 1.0
