@@ -115,13 +115,14 @@ def lm_entry(io_dtypes: dict, io_shapes: dict | None) -> dict:
 
 def lm_view(entry_points: dict, weight_uses: list[dict], outside_delegate: list[str] | None = None) -> dict | None:
     """A decoder LM's facts from its file, or None when an entry point's inputs and outputs are not
-    (tokens [1, T], positions [T], k cache, v cache) → (logits [1, T, vocab], new keys, new values), the form every LM
-    converter writes: the new entries are the cache's shape with T positions, and the app writes them in. `entry_points`: name → {"inputs", "outputs"}, each a list of (dtype, shape); `weight_uses`:
-    the constants a lookup or a matmul reads, each {role: "lookup" | "matmul", dtype, dims, bytes, scheme}.
-    Gives tokens per call of each entry point (None: any count), the cache (shape, dtype, bytes of both), the
-    vocabulary, the weights by group (embedding: a lookup's table; lm_head: a matmul weight with a vocabulary-sized
-    dimension; linears: the other matmul weights; a table looked up by position is none of these) with their
-    dtype and scheme, and `outside_delegate`: the compute ops a delegating runtime (.pte) leaves to its own kernels."""
+    (tokens [1, T], positions [T], k cache, v cache) → (logits [1, T, vocab], new keys, new values), the form
+    every LM converter writes (the new entries: the cache's shape with T positions, which the app writes in).
+    `entry_points`: name → {"inputs", "outputs"}, each a list of (dtype, shape); `weight_uses`: the constants a
+    lookup or a matmul reads, each {role: "lookup" | "matmul", dtype, dims, bytes, scheme}. Gives tokens per call
+    of each entry point (None: any count), the cache (shape, dtype, bytes of both), the vocabulary, the weights
+    by group (embedding: a lookup's table; lm_head: a matmul weight with a vocabulary-sized dimension; linears:
+    the other matmul weights; a table looked up by position is none of these) with their dtype and scheme, and
+    `outside_delegate`: the compute ops a delegating runtime (.pte) leaves to its own kernels."""
     tokens, cache = {}, None
     for name, io in entry_points.items():
         ins, outs = io["inputs"], io["outputs"]

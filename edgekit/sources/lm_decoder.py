@@ -23,6 +23,8 @@ from pathlib import Path
 from edgekit.core.errors import BadInput
 from edgekit.sources.lm_folder import DecoderConfig, weight_files
 
+NORM_FORMS = ("inner", "divide")  # the RMS norm forms a runtime runs as one op (see RMSNorm.forward)
+
 
 def load_weights(folder: Path) -> dict:
     """Every tensor of the folder's safetensors files, as float32 torch tensors (safetensors: no code runs)."""
@@ -54,8 +56,10 @@ def build_decoder(cfg: DecoderConfig, state: dict, max_seq_len: int, norm: str =
     if missing or unexpected:
         raise BadInput(f"the weights do not fit a {cfg.architecture}: missing {missing[:3]}, unexpected {unexpected[:3]}",
                        fix="check that config.json belongs to these safetensors")
+    if norm not in NORM_FORMS:
+        raise ValueError(f"norm {norm!r} is not one of {NORM_FORMS}")
     for m in model.modules():
-        if hasattr(m, "form"):
+        if isinstance(m, _classes()["RMSNorm"]):
             m.form = norm
     return model.eval()
 
@@ -202,4 +206,4 @@ def _classes() -> dict:
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
 
-    return {"Decoder": Decoder}
+    return {"Decoder": Decoder, "RMSNorm": RMSNorm}

@@ -79,5 +79,5 @@ def lm_entry_points(path: str, threads: int = 1, ort_format: bool = False) -> di
     def call(*args):
         return tuple(sess.run(None, dict(zip(names, args))))
 
-    call = writing(call)
-    return {"prefill": call, "decode": call}
+    step = writing(call)
+    return {"prefill": step, "decode": step}
