@@ -8,7 +8,7 @@
 For each format × precision two artifacts are made from the same Hugging Face folder:
 
 - edgekit: `edgekit convert FOLDER -t FORMAT... -p PRECISION --max-seq-len 128` (prefill and decode entry
-  points, the KV cache passed in and out);
+  points, the app writing each call's new keys and values into its KV cache);
 - raw: what a user writes with the framework's own LLM tooling (as in the prototype scripts of the
   feature's investigation):
   executorch — transformers' TorchExportableModuleForDecoderOnlyLM (static cache of 128 as mutable buffers,

@@ -68,8 +68,8 @@ def thresholds_for(precision: str, asked: dict) -> dict:
 
 def speed(ran: dict, prefill_len: int) -> dict:
     """What the verification run measured of the runtime, on one thread: prefill and decode tokens per second
-    (the median window's prefill call; every decode call, the caches passed in and out as an app does) and the
-    child process's peak memory. Host CPU figures from a verification, not a benchmark's repeated timing."""
+    (the median window's prefill call; every decode call, its new entries written into the cache as an app does)
+    and the child process's peak memory. Host CPU figures from a verification, not a benchmark's repeated timing."""
     windows, width = ran["logits"].shape[:2]
     steps = windows * (width - prefill_len)
     return {"threads": 1, "prefill_tokens_per_s": round(prefill_len / float(np.median(ran["prefill_seconds"])), 1),
