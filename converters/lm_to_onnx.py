@@ -50,7 +50,8 @@ class LmToOnnx(Converter):
         group = spec.group_size if precision == "int4-weights" else None
         keep = lm_common.kept(spec, module) if precision != "fp32" else ()
         shared = source.config.tied and not lm_common.keeps_tied_table(source.config, keep)  # one table for both
-        rounding = lm_common.data_aware(module, ctx, "onnx", precision, group or INT8_BLOCK, keep, shared_head=shared,
+        block = group or INT8_BLOCK  # the linears'
+        rounding = lm_common.data_aware(module, ctx, "onnx", precision, block, keep, shared_head=shared,
                                         head_group=INT8_BLOCK)
         tokens = torch.export.Dim("tokens", min=1, max=source.max_seq_len)
         names = [t.name for t in src.signature.inputs]
@@ -58,7 +59,7 @@ class LmToOnnx(Converter):
         torch.onnx.export(module, source.example_inputs(source.prefill_len), str(fp32_path), dynamo=True,
                           input_names=names, output_names=[t.name for t in src.signature.outputs],
                           dynamic_shapes=({1: tokens}, {0: tokens}, None, None), external_data=False, verbose=False)
-        _write(fp32_path, out_path, 4 if group else 8 if precision != "fp32" else None, group or INT8_BLOCK, keep, shared)
+        _write(fp32_path, out_path, 4 if group else 8 if precision != "fp32" else None, block, keep, shared)
         weights = lm_common.weights_text(precision, group, int8=f"int8 in blocks of {INT8_BLOCK}")
         activations = "float32" if precision == "fp32" else "float32, quantized to int8 inside MatMulNBits (accuracy level 4)"
         embedding = ("float32" if precision == "fp32" or lm_common.is_kept("model.embed_tokens", keep)

@@ -6,9 +6,9 @@ int8-weights is weight-only: each linear's weight int8 per channel (scale max|w|
 f32-qc8w fully connected kernel (the partitioner's linear config is extended to take that pattern,
 edgekit.converters.torch_to_pte). int4-weights is torchao's `Int8DynamicActivationIntxWeightConfig` in groups
 of `--group-size`, its activations quantized per token at run time (8da4w; the weight-only pattern is taken for
-per-channel int8 only, groupwise int4 on float activations is not tried); the LM head stays int8 weight-only at int4 (its error goes straight into the
-logits: at int4 the sample's agreement was 0.880 rounding to nearest, 0.905 with the head at int8, at 0.166×
-and 0.175× of fp32). torchao's weight-only form (`IntxWeightOnlyConfig`) is not used: its scales
+per-channel int8 only, groupwise int4 on float activations is not tried); the LM head stays int8 weight-only
+at int4 (its error goes straight into the logits: at int4 the sample's agreement was 0.880 rounding to
+nearest, 0.905 with the head at int8, at 0.166× and 0.175× of fp32). torchao's weight-only form (`IntxWeightOnlyConfig`) is not used: its scales
 reach the delegate as run-time inputs and the lowered program's logits are wrong. The embedding table is int8
 per row, looked up by ExecuTorch's `quantized_decomposed::embedding_byte` (as its own LLM export does): the
 program then needs the quantized kernel library, which its inspection declares.

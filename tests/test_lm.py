@@ -257,7 +257,7 @@ def test_the_lm_view_reads_entry_points_cache_and_weight_groups_from_inputs_outp
 
 
 @pytest.mark.slow
-def test_inspect_report_and_bench_read_an_lm_artifact_from_its_file_alone(sample_runs):
+def test_inspect_report_and_bench_read_an_lm_artifact_from_its_file_alone(sample_runs, tmp_path):
     artifacts, _, out = sample_runs["int4-weights"]
     proc = run_cli("inspect", *(artifacts[t]["path"] for t in ("executorch", "tflite", "onnx")), "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -278,6 +278,15 @@ def test_inspect_report_and_bench_read_an_lm_artifact_from_its_file_alone(sample
     pte = next(a["inspection"] for a in json.loads(proc.stdout)["artifacts"] if a["format"] == "pte")
     assert pte["delegated"]["XnnpackBackend"]["calls"] == 2, pte["delegated"]
     assert not [op for op in views["pte"]["outside_delegate"] if op.startswith(("aten::mean", "aten::expand"))]
+    # and the .onnx's RMS norms are in the form ONNX Runtime fuses: one op each (two per layer and the final one)
+    import onnx
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(artifacts["onnx"]["path"], options, providers=["CPUExecutionProvider"])
+    fused = [n for n in onnx.load(options.optimized_model_filepath).graph.node if n.op_type == "SimplifiedLayerNormalization"]
+    assert len(fused) == 2 * artifacts["onnx"]["lm"]["cache_shape"][0] + 1
     report = json.loads(run_cli("report", str(out), "--json").stdout)
     assert {a["format"] for a in report["artifacts"] if "lm" in a} == {"pte", "tflite", "onnx", "ort"}
     timed = run_cli("bench", str(out), "--threads", "1", "--min-seconds", "0.2", "--json")

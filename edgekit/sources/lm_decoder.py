@@ -58,8 +58,9 @@ def build_decoder(cfg: DecoderConfig, state: dict, max_seq_len: int, norm: str =
                        fix="check that config.json belongs to these safetensors")
     if norm not in NORM_FORMS:
         raise ValueError(f"norm {norm!r} is not one of {NORM_FORMS}")
+    rms_norm = _classes()["RMSNorm"]
     for m in model.modules():
-        if isinstance(m, _classes()["RMSNorm"]):
+        if isinstance(m, rms_norm):
             m.form = norm
     return model.eval()
 
