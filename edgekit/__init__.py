@@ -81,7 +81,8 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
             input_shapes: Mapping[str, Iterable[int]] | Iterable[str] | None = None,
             example_inputs: str | os.PathLike | None = None, model_class: str | None = None,
             trust_pickle: bool = False, trust_model_code: bool = False, cache: bool = False,
-            progress: Callable[[str], object] | None = None, **unknown) -> ConvertResult:
+            time_budget: float | None = 1800, progress: Callable[[str], object] | None = None,
+            **unknown) -> ConvertResult:
     """Convert `source` to each of `targets`, verify every artifact in its own runtime, place it in `out`.
 
     `edgekit convert` in Python form; each keyword is the command line's option of that name:
@@ -107,10 +108,13 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
       for a state_dict), `trust_pickle`, `trust_model_code`: how to open the source, as on the command line.
     - `cache=True` places results from the artifact cache and stores new ones (off by default here);
       `progress` receives one line per step (e.g. `progress=print`).
+    - `time_budget`: seconds each target may take to convert and verify (None or 0: no limit).
 
     Returns a `ConvertResult`: `.artifacts` (an `ArtifactResult` per target: `.target`, `.artifact.path`,
     `.bytes`, `.verdict.status` "pass" or "fail", `.verdict.metrics`, `.verdict.reasons`), `.warnings`,
-    `.failed` and `.to_json()` (the `edgekit convert --json` document, but an exact match's `sqnr_db` stays
+    `.failed`, `.failures` (with several targets, a `TargetFailure` per target that made no artifact — its
+    conversion failed or ran past `time_budget` —, the others kept; a single target raises its error) and
+    `.to_json()` (the `edgekit convert --json` document, but an exact match's `sqnr_db` stays
     `inf` where the command line writes null). Raises `BadInput` for anything given that cannot be used,
     before any conversion starts.
     """
@@ -142,6 +146,7 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
         int16_activations=int16_activations, granularity=granularity,
         keep=_keep(keep),
         budgets=_mapping(budgets, "budgets", {"cosine": 0.99}), min_int8_share=min_int8_share, max_steps=max_steps,
+        time_budget=time_budget,
         source_options=SourceOptions(trust_pickle, model_class, _shapes(input_shapes),
                                      _path(example_inputs, "example_inputs") if example_inputs is not None else None,
                                      trust_model_code),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 from torch import nn
@@ -39,8 +41,29 @@ class Unlowerable(nn.Module):
         return torch.linalg.svdvals(x)
 
 
+class SlowToExport(nn.Module):
+    """A model whose export takes seconds, as a long unrolled recurrence's lowering does: it sleeps while
+    torch.export traces it (not when it runs, nor when torch.jit traces it for a .ptl)."""
+
+    EXPORT_SECONDS = 600.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.fc = nn.Linear(16, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_exporting():
+            time.sleep(self.EXPORT_SECONDS)
+        return self.fc(x)
+
+
 def tiny_mlp() -> nn.Module:
     return TinyMLP().eval()
+
+
+def slow_to_export() -> nn.Module:
+    return SlowToExport().eval()
 
 
 def two_inputs() -> nn.Module:

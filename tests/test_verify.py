@@ -12,16 +12,27 @@ from edgekit.core.verify import METRICS, THRESHOLDS, compare, parse_output_kinds
 
 
 def test_metrics_on_known_values():
-    ref = np.array([[3.0, 4.0], [0.0, 1.0]])
+    ref = np.array([[3.0, 4.0], [0.0, 5.0]])
     out = np.array([[3.0, 4.0], [0.0, 0.0]])
-    assert METRICS["max_abs"](ref, out) == 1.0
-    assert METRICS["mean_abs"](ref, out) == 0.25
-    assert METRICS["rmse"](ref, out) == 0.5
+    assert METRICS["max_abs"](ref, out) == 5.0
+    assert METRICS["mean_abs"](ref, out) == 1.25
+    assert METRICS["rmse"](ref, out) == 2.5
     # cosine is the mean of each sample's cosine: the second sample lost all its signal
     assert METRICS["cosine"](ref, out) == pytest.approx(0.5)
     assert METRICS["cosine_min"](ref, out) == 0.0
-    assert METRICS["sqnr_db"](ref, out) == pytest.approx(10 * math.log10(26 / 1))
+    assert METRICS["sqnr_db"](ref, out) == pytest.approx(10 * math.log10(50 / 25))
     assert METRICS["top1_agreement"](ref, out) == 0.5  # second sample: argmax 1 vs 0
+
+
+def test_a_quiet_sample_is_judged_by_its_error_against_the_floor():
+    """A sample under half the samples' RMS norm (here 1 against √13) is held to 1 − error² / (2 · floor²) where
+    that is higher than its cosine: losing all of its signal still costs it, its noise's direction does not."""
+    ref = np.array([[3.0, 4.0], [0.0, 1.0]])
+    floor2 = 13 / 4
+    assert METRICS["cosine_min"](ref, np.array([[3.0, 4.0], [0.0, 0.0]])) == pytest.approx(1 - 1 / (2 * floor2))
+    turned = np.array([[3.0, 4.0], [0.1, 0.0]])  # the quiet sample's direction turned by 90°, by a small error
+    assert METRICS["cosine_min"](ref, turned) == pytest.approx(1 - (0.01 + 1) / (2 * floor2))
+    assert METRICS["cosine_min"](ref, np.array([[3.0, 4.0], [0.05, 0.98]])) > 0.999
 
 
 def test_identical_outputs_have_infinite_sqnr_and_perfect_cosine():
@@ -41,7 +52,8 @@ def test_compare_passes_within_thresholds_and_reports_accuracy():
     assert verdict.status == "pass"
     assert verdict.task_accuracy == {"reference": 0.9, "artifact": 0.9}
     # class scores have no positions: no per-channel metric
-    assert set(verdict.metrics["output_0"]) == set(METRICS) - {"channel_cosine", "channel_cosine_min", "step_top1_agreement"}
+    assert set(verdict.metrics["output_0"]) == set(METRICS) - {"channel_cosine", "channel_cosine_min", "step_top1_agreement",
+                                                                  "decision_agreement"}
     assert verdict.kinds["output_0"]["kind"] == "scores" and verdict.kinds["output_0"]["basis"].startswith("guessed")
 
 

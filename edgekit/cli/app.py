@@ -127,6 +127,7 @@ def convert(
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Convert and verify again even when the artifact cache holds this exact result.")] = False,
     attribution: Annotated[bool, typer.Option("--attribution/--no-attribution", help="int8: when an artifact fails its verdict, rank its layers (one trace of the model) and name those whose float copy gains the outputs most, with the --keep and --budget options that keep them back.")] = True,
     bench: Annotated[bool, typer.Option("--bench", help="Also time each artifact in its runtime (host CPU latency, 1 thread and all cores); at int8 the fp32 artifacts are made too, for the ratio.")] = False,
+    time_budget: Annotated[float, typer.Option("--time-budget", help="Seconds each target may take to convert and verify (0: no limit); past it the target stops with a message naming its step, and the other targets' artifacts are kept.")] = 1800,
 ):
     """Convert MODEL to each target and verify every artifact against the source model."""
     from edgekit.cli.render import Reporter, render_bench, render_result
@@ -141,7 +142,7 @@ def convert(
         calib_preprocess=calib_preprocess, calib_method=calib_method, eval_data=eval_data, thresholds=threshold,
         output_kinds=output_kind, int8_io=int8_io, bias_correction=bias_correction, smooth_quant=smooth_quant,
         int16_stem=int16_stem, int16_activations=int16_activations, optimize=optimize, granularity=granularity, keep=keep, budgets=budget, min_int8_share=min_int8_share, max_steps=max_steps,
-        attribute_failures=attribution, ort_platform=ort_platform, group_size=group_size,
+        attribute_failures=attribution, ort_platform=ort_platform, group_size=group_size, time_budget=time_budget,
         source_options=SourceOptions(trust_pickle, model_class, tuple(input_shape),
                                      str(example_inputs) if example_inputs else None, trust_model_code,
                                      max_seq_len=max_seq_len, prefill_len=prefill_len),
@@ -163,6 +164,10 @@ def convert(
         render_bench(timed, reporter.console if as_json else None)
         for w in timed.warnings:
             print(f"edgekit: warning: {w}", file=sys.stderr)
+    for f in result.failures:
+        print(f"edgekit: error: {f.message}" + (f" — fix: {f.fix}" if f.fix else ""), file=sys.stderr)
+    if result.failures:
+        raise typer.Exit(max(f.exit_code for f in result.failures))
     if result.failed:
         raise typer.Exit(EXIT_CHECK_FAILED)
 

@@ -62,14 +62,36 @@ class ArtifactResult:
 
 
 @dataclass(frozen=True)
+class TargetFailure:
+    """A target of a run of several that made no artifact (its conversion failed, or ran past its time budget):
+    the error as the command line says it. The other targets' artifacts are kept."""
+
+    target: str
+    message: str
+    fix: str | None
+    exit_code: int
+
+    @classmethod
+    def of(cls, target: str, error) -> "TargetFailure":
+        """The failure of `target` from an EdgekitError."""
+        return cls(target, error.message, error.fix, error.exit_code)
+
+    def to_json(self) -> dict:
+        """One entry of the `edgekit convert --json` document's "failures"."""
+        return {"target": self.target, "error": self.message, "fix": self.fix, "exit_code": self.exit_code}
+
+
+@dataclass(frozen=True)
 class ConvertResult:
-    """A whole run: the source as opened, an ArtifactResult per target in the order asked, the run's warnings.
+    """A whole run: the source as opened, an ArtifactResult per target that made one in the order asked, the run's
+    warnings, and the targets that made none (`failures`: only in a run of several targets; a run of one raises).
     `source_sha256` is None when the source is no file (an import spec)."""
 
     source: ModelArtifact
     source_sha256: str | None
     artifacts: tuple[ArtifactResult, ...]
     warnings: tuple[str, ...] = ()
+    failures: tuple[TargetFailure, ...] = ()
 
     @property
     def failed(self) -> bool:
@@ -84,7 +106,7 @@ class ConvertResult:
                        "signature": self.source.signature.to_json()},
             "artifacts": [r.to_json() for r in self.artifacts],
             "warnings": list(self.warnings),
-        }
+        } | ({"failures": [f.to_json() for f in self.failures]} if self.failures else {})
 
 
 def finite(obj):

@@ -55,16 +55,37 @@ def _cosines(r: np.ndarray, o: np.ndarray) -> np.ndarray:
     return np.where((nr == 0) & (no == 0), 1.0, cos)
 
 
+QUIET = 0.5  # a sample whose reference norm is under this share of the samples' RMS norm is a quiet one
+
+
+def sample_cosines(r: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """Each sample's (row's) cosine similarity, a quiet sample's floored: one whose reference norm is under QUIET
+    × the samples' RMS norm (a silent audio frame, an empty map, a small object) is judged by its error against
+    that floor, 1 − ‖ref − out‖² / (2 · floor²), where that is the higher. A near-zero output's direction is
+    noise — an int8 step turns it anywhere — while an error as large as the floor (the artifact says something
+    where the source said nothing, or loses what it said) still fails. At the floor the two agree: the cosine of
+    a small error is 1 − ‖error ⊥ ref‖² / (2 · ‖ref‖²)."""
+    cos = _cosines(r, o)
+    norms = np.linalg.norm(r, axis=1)
+    floor = QUIET * float(np.sqrt(np.mean(norms ** 2))) if len(norms) else 0.0
+    quiet = norms < floor
+    if floor > 0 and quiet.any():
+        floored = np.clip(1 - np.sum((r - o) ** 2, axis=1) / (2 * floor ** 2), -1.0, 1.0)
+        cos = np.where(quiet, np.maximum(cos, floored), cos)
+    return cos
+
+
 @metric("cosine", higher_is_better=True)
 def cosine(ref: np.ndarray, out: np.ndarray) -> float:
-    """Mean over samples of each sample's cosine similarity (what an embedding user compares)."""
-    return float(np.mean(_cosines(_f64(ref), _f64(out))))
+    """Mean over samples of each sample's cosine similarity (what an embedding user compares), quiet samples
+    floored (`sample_cosines`)."""
+    return float(np.mean(sample_cosines(_f64(ref), _f64(out))))
 
 
 @metric("cosine_min", higher_is_better=True)
 def cosine_min(ref: np.ndarray, out: np.ndarray) -> float:
-    """The worst sample's cosine similarity."""
-    return float(np.min(_cosines(_f64(ref), _f64(out))))
+    """The worst sample's cosine similarity, quiet samples floored (`sample_cosines`)."""
+    return float(np.min(sample_cosines(_f64(ref), _f64(out))))
 
 
 def _channels(a: np.ndarray) -> np.ndarray | None:
@@ -125,6 +146,36 @@ def top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
     return float(np.mean(np.argmax(r, axis=1) == np.argmax(o, axis=1)))
 
 
+CLEAR = 8.0  # a top-2 margin over this many times the artifact's typical error: no rounding noise flips it
+
+
+@metric("clear_top1_agreement", higher_is_better=True)
+def clear_top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
+    """Share of the clear decisions whose arg-max class agrees: samples whose top two scores in the source are
+    further apart than CLEAR × the artifact's typical error (the median over samples of the RMS difference of
+    their scores). A near-tie flips under any perturbation; a clear decision flipped is a broken model, however
+    high its cosine (two logits of a thousand moved). None without clear samples or for a single score."""
+    r, o = _f64(ref), _f64(out)
+    if r.shape[1] < 2:
+        return None
+    noise = float(np.median(np.sqrt(np.mean((r - o) ** 2, axis=1))))
+    top2 = np.sort(r, axis=1)[:, -2:]
+    clear = (top2[:, 1] - top2[:, 0]) > CLEAR * noise
+    if not clear.any():
+        return None
+    return float(np.mean(np.argmax(r[clear], axis=1) == np.argmax(o[clear], axis=1)))
+
+
+@metric("decision_agreement", higher_is_better=True)
+def decision_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
+    """Share of values on the same side of 0.5 in source and artifact, for outputs of probabilities (every value
+    in [0, 1]: a sigmoid map, a multi-label or per-bin activation, a speech probability); None for others."""
+    r, o = _f64(ref), _f64(out)
+    if r.min() < -1e-6 or r.max() > 1 + 1e-6:
+        return None
+    return float(np.mean((r > 0.5) == (o > 0.5)))
+
+
 @metric("step_top1_agreement", higher_is_better=True)
 def step_top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
     """Share of the steps of a sequence of class scores (each sample [..., steps, classes], as a CTC text
@@ -141,7 +192,9 @@ def step_top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
 # neither reported nor checked: the top-1 class of a box regression or of a probability map means nothing,
 # and one sample's cosine of a 4-value box offset near zero is noise, not drift.
 KINDS = {
-    "scores": "class scores (logits or probabilities): top-1 agreement",
+    "scores": "class scores (logits or probabilities): top-1 agreement, of the clear decisions and of all",
+    "probabilities": "independent probabilities (sigmoid outputs: multi-label scores, per-bin activations such as "
+                     "a pitch tracker's): cosine per sample, quiet samples floored, and decisions at 0.5",
     "embedding": "an embedding vector: cosine per sample",
     "regression": "a few values per sample (boxes, landmarks): cosine and errors over all samples",
     "score": "one value per sample (a probability, a score): errors and SQNR; a cosine of one value is its sign",
@@ -149,13 +202,16 @@ KINDS = {
     "sequence": "class scores per step or position (a CTC text recogniser, token classes, a channels-last map of "
                 "per-position probabilities): top-1 agreement per step",
 }
+_CHANNELS = {"channel_cosine", "channel_cosine_min"}
+_TOP1 = {"top1_agreement", "clear_top1_agreement"}
 NOT_FITTING = {
-    "scores": {"channel_cosine", "channel_cosine_min", "step_top1_agreement"},
-    "embedding": {"top1_agreement", "channel_cosine", "channel_cosine_min", "step_top1_agreement"},
-    "regression": {"top1_agreement", "cosine_min", "channel_cosine", "channel_cosine_min", "step_top1_agreement"},
-    "map": {"top1_agreement", "step_top1_agreement"},
-    "sequence": {"top1_agreement", "channel_cosine", "channel_cosine_min"},
-    "score": {"cosine", "cosine_min", "top1_agreement", "channel_cosine", "channel_cosine_min", "step_top1_agreement"},
+    "scores": _CHANNELS | {"step_top1_agreement", "decision_agreement"},
+    "probabilities": _CHANNELS | {"step_top1_agreement", "clear_top1_agreement"},
+    "embedding": _TOP1 | _CHANNELS | {"step_top1_agreement", "decision_agreement"},
+    "regression": _TOP1 | _CHANNELS | {"cosine_min", "step_top1_agreement", "decision_agreement"},
+    "map": _TOP1 | {"step_top1_agreement"},
+    "sequence": _TOP1 | _CHANNELS | {"decision_agreement"},
+    "score": _TOP1 | _CHANNELS | {"cosine", "cosine_min", "step_top1_agreement"},
 }
 MANY_CLASSES = 10  # a vector of this many values or more that is neither probabilities nor unit-norm: logits
 
@@ -193,6 +249,9 @@ def output_kind(ref: np.ndarray) -> OutputKind:
         return OutputKind("scores", "its values: every sample's scores sum to 1")
     if classes >= 8 and np.allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-3):
         return OutputKind("embedding", "its values: every sample has unit L2 norm")
+    if classes >= MANY_CLASSES and rows.min() >= 0 and rows.max() <= 1:
+        return OutputKind("probabilities", "its values: every value is in [0, 1] and a sample's do not sum to 1 "
+                                           f"(independent probabilities, e.g. sigmoid outputs); {fix}")
     if classes >= MANY_CLASSES:
         return OutputKind("scores", f"guessed from its shape ({classes} values per sample, taken for logits); {fix}")
     return OutputKind("regression", f"guessed from its shape ({classes} values per sample, not probabilities); {fix}")
@@ -252,9 +311,10 @@ HIGHER_IS_BETTER.update(LM_METRICS)
 THRESHOLDS: dict[str, dict[str, float]] = {
     "fp32": {"cosine": 0.9999, "cosine_min": 0.999, "channel_cosine": 0.999},
     "fp16": {"cosine": 0.999, "cosine_min": 0.99, "channel_cosine": 0.99},
-    "int8": {"cosine": 0.99, "cosine_min": 0.95, "channel_cosine": 0.5, "int8_weight_share": 0.5,
-             "int8_heavy_op_share": 0.5},
-    "int8-dynamic": {"cosine": 0.99, "cosine_min": 0.95, "channel_cosine": 0.5, "int8_weight_share": 0.5},
+    "int8": {"cosine": 0.99, "cosine_min": 0.95, "channel_cosine": 0.5, "clear_top1_agreement": 0.95,
+             "int8_weight_share": 0.5, "int8_heavy_op_share": 0.5},
+    "int8-dynamic": {"cosine": 0.99, "cosine_min": 0.95, "channel_cosine": 0.5, "clear_top1_agreement": 0.95,
+                     "int8_weight_share": 0.5},
     "int8-weights": {"token_agreement": 0.98, "perplexity_ratio": 1.02},
     "int4-weights": {"token_agreement": 0.90, "perplexity_ratio": 1.10},
 }

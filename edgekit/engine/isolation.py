@@ -96,6 +96,9 @@ class RuntimeWorker:
             answer = self.proc.stdout.readline() if ready else None
         except (BrokenPipeError, OSError):
             answer = ""
+        except BaseException:  # interrupted in flight (a time budget, Ctrl-C): its answer would be read by the next job
+            self.close()
+            raise
         if answer is None:
             self.close()
             raise ConversionFailed(f"{runtime} did not finish {Path(path).name} within {timeout:.0f} s")

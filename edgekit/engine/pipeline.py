@@ -28,11 +28,12 @@ from edgekit.core.errors import BadInput, ConversionFailed, reading
 from edgekit.core.formats import FORMATS, artifact_files, detect, split_name
 from edgekit.core.inspection import Inspection
 from edgekit.core.quiet import captured
-from edgekit.core.results import ArtifactResult, ConvertResult
+from edgekit.core.results import ArtifactResult, ConvertResult, TargetFailure
 from edgekit.core.verify import THRESHOLDS, applicable_thresholds, compare
 from edgekit.engine.build import Intermediates, Progress, run_folder, stem_of
 from edgekit.engine.job import TargetJob
 from edgekit.engine.choice import DEFAULT_CHOICE_SAMPLES
+from edgekit.engine.deadline import time_budget
 from edgekit.engine.plan import Plan, plan
 from edgekit.engine.request import ConvertRequest
 from edgekit.engine.isolation import run_isolated, start_workers
@@ -126,15 +127,35 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
     return Prepared(plan, source_model, calib, samples, reference, selection, tuple(warnings))
 
 
-def run(prepared: Prepared, progress: Progress | None = None, routes=None) -> list[ArtifactResult]:
-    """Build, verify and place every route of the plan (or `routes`, a part of it), in order."""
+def run(prepared: Prepared, progress: Progress | None = None, routes=None) -> tuple[list[ArtifactResult], list[TargetFailure]]:
+    """Build, verify and place every route of the plan (or `routes`, a part of it), in order, each target within
+    the request's time budget. (the results, the targets that made no artifact): with several targets, one that
+    fails to convert or runs past its budget is a TargetFailure and the others go on; a single target raises."""
     say = progress or (lambda _msg: None)
     p, req = prepared.plan, prepared.plan.request
+    routes = routes or p.routes
     out_dir = Path(req.out_dir)
+    last = [""]  # the step a target is in, for the time budget's message
+
+    def tracked(msg: str) -> None:
+        last[0] = msg.split(": ", 1)[-1]
+        say(msg)
+
+    results, failures = [], []
     with run_folder(out_dir) as run_tmp:
         job = TargetJob(prepared.source, req, prepared.calib, prepared.selection, p.thresholds, out_dir, run_tmp,
-                        stem_of(req.source), say, Intermediates(run_tmp / "built"))
-        return [job.run(target, route, prepared.samples, prepared.reference) for target, route in (routes or p.routes)]
+                        stem_of(req.source), tracked, Intermediates(run_tmp / "built"))
+        for target, route in routes:
+            last[0] = ""
+            try:
+                with time_budget(req.time_budget, target.name, last):
+                    results.append(job.run(target, route, prepared.samples, prepared.reference))
+            except ConversionFailed as e:
+                if len(routes) == 1:
+                    raise
+                failures.append(TargetFailure.of(target.name, e))
+                say(f"{target.name}: no artifact: {e.message}")
+    return results, failures
 
 
 def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: Sources | None = None,
@@ -163,15 +184,17 @@ def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: S
                     source, source_sha256 = hit.source, hit.source_sha256
                     warnings += [w for w in hit.warnings if w not in warnings]
     missing = [(t, r) for t, r in p.routes if t.name not in results]
+    failures = []
     if missing:
-        source, made, made_warnings = _run_missing(p, missing, say, sources or Sources())
+        source, (made, failures), made_warnings = _run_missing(p, missing, say, sources or Sources())
         warnings += [w for w in made_warnings if w not in warnings]
         source_sha256 = source.sha256 if source.files else None
         for result in made:
             results[result.target] = result
             if cache is not None:
                 cache.store_result(p, result, source, made_warnings)
-    return ConvertResult(source, source_sha256, tuple(results[t.name] for t, _ in p.routes), tuple(warnings))
+    return ConvertResult(source, source_sha256, tuple(results[t.name] for t, _ in p.routes if t.name in results),
+                         tuple(warnings), tuple(failures))
 
 
 def _run_missing(p: Plan, missing: list, say: Progress, sources: Sources):
@@ -181,7 +204,7 @@ def _run_missing(p: Plan, missing: list, say: Progress, sources: Sources):
         from edgekit.engine.lm_job import run_lm  # local: only a decoder LM's run needs it
 
         source = sources.open(p.request.source, p.request.source_options, say)
-        return source.artifact, run_lm(p, source, say, missing), p.warnings
+        return source.artifact, (run_lm(p, source, say, missing), []), p.warnings
     start_workers({t.format for t, _ in missing})
     prepared = prepare(p, say, sources)
     return prepared.source.artifact, run(prepared, say, missing), prepared.warnings

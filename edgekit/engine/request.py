@@ -13,6 +13,7 @@ from edgekit.core.errors import BadInput
 from edgekit.core.formats import ORT_PLATFORMS
 from edgekit.core.quant import Capabilities, Method, QuantSpec, parse_overrides
 from edgekit.core.verify import KINDS, parse_output_kinds, parse_thresholds
+from edgekit.engine.deadline import DEFAULT_TIME_BUDGET
 from edgekit.sources.loading import SourceOptions
 
 
@@ -33,12 +34,15 @@ class ConvertRequest:
     output_kinds: dict = field(default_factory=dict)  # output name → edgekit.core.verify.KINDS key (--output-kind)
     attribute_failures: bool = False  # a failed int8 verdict names the layers that lose the most (--attribution)
     ort_platform: str = "arm"  # the CPU an .ort is laid out for (--ort-platform): edgekit.converters.onnx_to_ort
+    time_budget: float | None = DEFAULT_TIME_BUDGET  # seconds each target may take (--time-budget); None: unbounded
 
     def __post_init__(self):
         if not self.targets:
             raise ValueError("at least one target is needed")
         if self.search.budgets and self.precision != "int8":
             raise BadInput("--budget needs --precision int8 (or --int8): it keeps layers of a static int8 model back")
+        if self.time_budget is not None and not self.time_budget >= 0:
+            raise BadInput(f"--time-budget {self.time_budget!r} is not a number of seconds", fix="give seconds ≥ 0 (0: none)")
         if self.ort_platform not in ORT_PLATFORMS:
             raise BadInput(f"unknown --ort-platform {self.ort_platform!r}", fix=f"use one of {', '.join(ORT_PLATFORMS)}")
         unknown = {k: v for k, v in self.output_kinds.items() if v not in KINDS}
@@ -89,7 +93,8 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
                   granularity: str = "per-channel", group_size: int = 32,
                   keep: Mapping | Iterable[str] = (), budgets: Mapping | Iterable[str] = (),
                   min_int8_share: float = 0.8, max_steps: int = 8, attribute_failures: bool = False,
-                  ort_platform: str = "arm", source_options: SourceOptions = SourceOptions()) -> ConvertRequest:
+                  ort_platform: str = "arm", time_budget: float | None = DEFAULT_TIME_BUDGET,
+                  source_options: SourceOptions = SourceOptions()) -> ConvertRequest:
     """The request for these options, each as the command line spells it (`keep`, `budgets`,
     `thresholds` and `output_kinds` also as {name: value}); BadInput for any that cannot be used."""
     if int8:
@@ -105,8 +110,13 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
                       int16_activations=int16_activations, optimize=optimize, group_size=int(group_size),
                       overrides=parse_overrides(keep))
     search = SearchSpec(parse_budgets(budgets), min_int8_share, max_steps)
+    try:
+        seconds = float(time_budget) if time_budget else None
+    except (TypeError, ValueError):
+        raise BadInput(f"--time-budget {time_budget!r} is not a number of seconds", fix="give seconds ≥ 0 (0: none)") from None
     return ConvertRequest(str(source), (targets,) if isinstance(targets, str) else tuple(targets), str(out), quant,
                           search, eval_data=str(eval_data) if eval_data else None,
                           thresholds=parse_thresholds(thresholds), source_options=source_options,
                           calibration=calibration, output_kinds=parse_output_kinds(output_kinds),
-                          attribute_failures=attribute_failures, ort_platform=ort_platform)
+                          attribute_failures=attribute_failures, ort_platform=ort_platform,
+                          time_budget=seconds)
