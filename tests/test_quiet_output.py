@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,24 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def test_a_long_step_says_it_is_still_running_on_its_line(monkeypatch):
+    """In a log (no terminal), a step that runs long appends its seconds so far while it runs, then its time."""
+    from edgekit.cli import render
+
+    monkeypatch.setattr(render, "STILL_SECONDS", 0.05)
+    out, clock = io.StringIO(), Clock()
+    reporter = Reporter(out, style="timed", clock=clock)
+    reporter.step("executorch: lowering to XNNPACK")
+    clock.now += 31
+    time.sleep(0.5)
+    reporter.step("executorch: verifying")
+    reporter.close()
+    time.sleep(0.2)  # a step that ended says nothing more
+    first, second = out.getvalue().splitlines()
+    assert first.startswith("   0.0s executorch: lowering to XNNPACK … 31 s") and first.endswith(" (31.0 s)"), first
+    assert second == "  31.0s executorch: verifying" and not not_edgekit(out.getvalue())
 
 
 def test_plain_progress_appends_each_steps_seconds_when_it_ends():

@@ -27,6 +27,7 @@ STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skipped": "yellow"}
 # With --json, convert's tables and check's verdicts go there too; with --verbose, the frameworks' output.
 OWN_STDERR_LINE = re.compile(r"edgekit( \w+)?: |\s*\d+\.\d+s |[✓✗] ")
 SHOWN_SECONDS = 0.1  # a step shorter than this (a result, a note) gets no seconds of its own
+STILL_SECONDS = 30.0  # a step running this long says so on its line in a log ("timed" style), then again as often
 
 
 class Reporter:
@@ -70,8 +71,22 @@ class Reporter:
                 self._live.start()
             else:
                 self._console.print(f"{now - self.started:6.1f}s {escape(message)}", end="")
+                self._beat(message, now, STILL_SECONDS)
             self._step = (message, now)
             quiet.before_output(self.close)
+
+    def _beat(self, message: str, began: float, after: float) -> None:
+        """In the "timed" style, a step still in progress `after` seconds on says so on its line (" … 60 s"), and
+        again every STILL_SECONDS, so that a log shows a long lowering or calibration is alive."""
+        def beat():
+            with self._lock:
+                if self._step != (message, began):
+                    return
+                self._console.print(f" … {self.clock() - began:.0f} s", end="")
+                self._beat(message, began, STILL_SECONDS)
+        timer = threading.Timer(after, beat)
+        timer.daemon = True
+        timer.start()
 
     def close(self, ok: bool = True) -> None:
         """End the step in progress (`ok` False: the command failed in it)."""
