@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgekit.features.check import load_config
+from edgekit.features.check.run import Options, request
 from edgekit.core.errors import BadInput
 from tests import damage
 from tests.conftest import (DIGITS, DIGITS_CALIB, DIGITS_EVAL, KERAS, KERAS_CALIB, KERAS_EVAL, REPO, convert_sample,
@@ -109,12 +110,25 @@ def test_a_broken_size_budget_exits_1_and_is_named(tmp_path):
     ('[[models]]\npath = "m.pt2"\nartifacts = ["nowhere.tflite"]\n', r"artifacts: not found: .*nowhere.tflite"),
     ('[[models]]\npath = "m.pt2"\nartifacts = []\ntargets = ["onnx"]\n', "either 'artifacts' or 'targets'"),
     ('[[models]]\npath = "m.pt2"\ntargets = []\n', "targets is empty"),
-], ids=["key", "budget", "precision", "calibration", "path", "number", "models", "toml", "artifact", "both", "no-targets"])
+    ('[[models]]\npath = "m.pt2"\ntargets = ["onnx"]\ntime_budget = "1h"\n', r"time_budget: '1h' is not a number of seconds"),
+], ids=["key", "budget", "precision", "calibration", "path", "number", "models", "toml", "artifact", "both", "no-targets",
+        "seconds"])
 def test_config_errors_name_the_key(tmp_path, body, message):
     config = tmp_path / "edgekit.toml"
     config.write_text(body)
     with pytest.raises(BadInput, match=message):
         load_config(config)
+
+
+def test_a_models_time_budget_reaches_its_requests(tmp_path):
+    (tmp_path / "m.pt2").write_bytes(b"")
+    config = tmp_path / "edgekit.toml"
+    config.write_text('[[models]]\npath = "m.pt2"\ntargets = ["onnx"]\ntime_budget = 600\n[[models]]\nname = "b"\n'
+                      'path = "m.pt2"\ntargets = ["onnx"]\ntime_budget = 0\n')
+    timed, unbounded = load_config(config)
+    assert (timed.time_budget, unbounded.time_budget) == (600.0, None)
+    assert request(timed, "fp32", Options(str(tmp_path / "out"))).time_budget == 600.0
+    assert request(unbounded, "fp32", Options(str(tmp_path / "out"))).time_budget is None
 
 
 def test_a_config_error_exits_2(tmp_path):

@@ -207,14 +207,17 @@ def bench_result(req: ConvertRequest, result: ConvertResult, *, threads: tuple[i
                  progress: Callable[[str], None] | None = None, cache=None) -> BenchReport:
     """Time the artifacts a conversion placed. Below fp32, the fp32 artifacts of the same targets are
     made too (verified, into the same folder; from the cache when it holds them) for the ratio."""
-    results = list(result.artifacts)
+    results, failures = list(result.artifacts), list(result.failures)
     if req.precision != "fp32":
         twin = ConvertRequest(req.source, req.targets, req.out_dir, eval_data=req.eval_data,
                               source_options=req.source_options, output_kinds=req.output_kinds,
-                              ort_platform=req.ort_platform)
-        results += convert(twin, progress, cache=cache).artifacts
+                              ort_platform=req.ort_platform, time_budget=req.time_budget)
+        made = convert(twin, progress, cache=cache)
+        results += made.artifacts
+        failures += made.failures
     failed = tuple(f"{Path(r.artifact.path).name} failed verification: {'; '.join(r.verdict.reasons)}"
                    for r in results if r.verdict.status == Status.FAIL)
+    failed += tuple(f"{f.target}: no artifact to time: {f.message}" for f in failures)
     shapes = {spec.name: list(spec.shape) for spec in result.source.signature.inputs}  # a .ptl records none
     report = bench([r.artifact.path for r in results], threads=threads, inputs=inputs or req.eval_data,
                    shapes=shapes, min_seconds=min_seconds, progress=progress)

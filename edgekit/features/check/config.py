@@ -11,6 +11,7 @@ from edgekit.core.errors import BadInput, reading
 from edgekit.core.quant import PRECISIONS
 from edgekit.core.verify import HIGHER_IS_BETTER, parse_output_kinds
 from edgekit.sources.loading import SourceOptions
+from edgekit.engine.deadline import DEFAULT_TIME_BUDGET
 
 LATENCY_BUDGETS = ("max_latency_ms", "min_int8_speedup")  # host CPU latency at 1 thread (edgekit.features.bench)
 # a decoder LM's budgets by the names its metrics' limits read as (min_token_agreement = 0.98)
@@ -18,7 +19,8 @@ LM_BUDGETS = {"min_token_agreement": "token_agreement", "max_perplexity_ratio": 
 BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *LATENCY_BUDGETS, *HIGHER_IS_BETTER, *LM_BUDGETS}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
 MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
-              "bias_correction", "smooth_quant", "int16_stem", "int16_activations", "budgets", "artifacts", "search", "output_kinds"}
+              "bias_correction", "smooth_quant", "int16_stem", "int16_activations", "budgets", "artifacts", "search", "output_kinds",
+              "time_budget"}
 SEARCH_KEYS = {"min_int8_share", "max_steps"}
 
 
@@ -44,6 +46,7 @@ class ModelCheck:
     project: str | None = None  # the config's folder: import specs must name its modules
     search: dict | None = None  # accuracy-aware int8 (edgekit.engine.search): {min_int8_share, max_steps}, or None
     output_kinds: dict = field(default_factory=dict)  # output name → kind (edgekit.core.verify.KINDS)
+    time_budget: float | None = DEFAULT_TIME_BUDGET  # seconds each target may take (edgekit.engine.deadline); None: none
 
     def budget(self, precision: str) -> dict:
         """The limits for `precision`: the "*" budgets, overridden key by key by the precision's own."""
@@ -145,7 +148,15 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         int16_stem=_flag(m, "int16_stem", where), int16_activations=_flag(m, "int16_activations", where),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
         search=_search(m.get("search"), where, "int8" in precisions), output_kinds=_output_kinds(m, where),
+        time_budget=_seconds(m, "time_budget", where, DEFAULT_TIME_BUDGET),
     )
+
+
+def _seconds(m: dict, key: str, where: str, default: float) -> float | None:
+    value = m.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise BadInput(f"{where}.{key}: {value!r} is not a number of seconds", fix=f"write {key} = 600 (0: no limit)")
+    return float(value) or None
 
 
 def _method(m: dict, where: str) -> str | None:

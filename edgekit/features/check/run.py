@@ -15,7 +15,7 @@ from pathlib import Path
 
 from edgekit.calibration.sources import CalibrationSpec
 from edgekit.core.artifact import sha256_files
-from edgekit.core.errors import EdgekitError
+from edgekit.core.errors import ConversionFailed, EdgekitError
 from edgekit.engine.cache import ArtifactCache
 from edgekit.engine.pipeline import Sources, convert, plan, verify_artifacts
 from edgekit.engine.request import build_request
@@ -116,7 +116,7 @@ def request(m: ModelCheck, precision: str, options: Options, targets=None, seed=
     return build_request(
         m.path, targets or m.targets or ("all",), Path(options.out_dir) / m.name / precision, precision=precision,
         eval_data=m.eval, thresholds=_metric_limits(m.budget(precision)), output_kinds=m.output_kinds,
-        source_options=m.source_options(options.trust),
+        time_budget=m.time_budget, source_options=m.source_options(options.trust),
         calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == "int8" else None,
         calib_method=m.calib_method,
         **{p: _whole_model_pass(getattr(m, p), bool(seed and seed[p]), precision) for p in PASSES},
@@ -136,6 +136,8 @@ def run_unit(unit: Unit, options: Options, sources=None, progress=None, cache=No
                                   progress, sources)
         return [_judge(m, r, result, r.artifact.precision) for r in result.artifacts]
     result = convert(request(m, unit.precision, options, unit.targets, unit.seed), progress, sources=sources, cache=cache)
+    for failure in result.failures:  # the gate stops on a target that made no artifact, as on a unit of one target
+        raise ConversionFailed(failure.message, fix=failure.fix)
     return [_judge(m, r, result, unit.precision) for r in result.artifacts]
 
 
