@@ -97,8 +97,9 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
     - `eval_data`: an .npz of inputs (and optional `labels`) to verify on; without it, held-out calibration
       samples or seeded random inputs (a warning in the result says which).
     - `thresholds`: {metric: limit} overriding verification thresholds, e.g. {"cosine": 0.999}.
-    - `output_kinds`: {output: kind} saying what an output is ("scores", "embedding", "regression", "map",
-      "score", "sequence"), which decides the metrics that judge it, e.g. {"output_1": "regression"}.
+    - `output_kinds`: {output: kind} saying what an output is ("scores", "probabilities", "embedding",
+      "regression", "map", "score", "sequence"), which decides the metrics that judge it, e.g.
+      {"output_1": "regression"}.
     - int8 only: `int8_io`, `bias_correction` (None, the default: on wherever the target's backend has it;
       True or False to insist), `smooth_quant` (None, the default: on wherever the model has linears reading a
       normalization and the target's backend has it; True or False to insist), `int16_stem`, `int16_activations`, `granularity` ("per-channel" or

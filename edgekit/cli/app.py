@@ -118,7 +118,7 @@ def convert(
     trust_model_code: Annotated[bool, typer.Option("--trust-model-code", help=TRUST_CODE)] = False,
     model_class: Annotated[Optional[str], typer.Option("--model-class", help="module:Class for a state_dict.")] = None,
     threshold: Annotated[list[str], typer.Option("--threshold", help="Override a metric threshold, e.g. cosine=0.999.")] = [],
-    output_kind: Annotated[list[str], typer.Option("--output-kind", help="What an output is, for the metrics that judge it: OUTPUT=scores|embedding|regression|score|map|sequence, e.g. output_1=regression (repeat). Default: read from its values, else guessed from its shape (the JSON says which).")] = [],
+    output_kind: Annotated[list[str], typer.Option("--output-kind", help="What an output is, for the metrics that judge it: OUTPUT=scores|probabilities|embedding|regression|score|map|sequence, e.g. output_1=regression (repeat). Default: read from its values, else guessed from its shape (the JSON says which).")] = [],
     budget: Annotated[list[str], typer.Option("--budget", help="int8: a metric to meet, e.g. cosine=0.99 (repeat); layers are kept back from int8, the fewest that meet it.")] = [],
     min_int8_share: Annotated[float, typer.Option("--min-int8-share", help="With --budget: the least share of weight bytes that stays int8.")] = 0.8,
     max_steps: Annotated[int, typer.Option("--max-steps", help="With --budget: the most conversions the search makes after full int8.")] = 8,

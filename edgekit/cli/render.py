@@ -17,6 +17,7 @@ from edgekit.core import quiet
 from edgekit.core.quant import PASSES
 from edgekit.targets import TARGETS
 from edgekit.core.inspection import shapes_text
+from edgekit.core.verify import KINDS
 
 STATUS_STYLE = {"pass": "bold green", "fail": "bold red", "skipped": "yellow"}
 
@@ -258,8 +259,10 @@ def _render_notes(result, console: Console) -> None:
             console.print(f"    [red]✗ {reason}[/red]")
     kinds = next((r.verdict.kinds for r in result.artifacts if r.verdict.kinds), {})
     if len(kinds) > 1 or any(k["kind"] != "scores" for k in kinds.values()):
-        console.print("  outputs judged as: " + "; ".join(f"{name} {k['kind']} ({escape(k['basis'])})"
-                                                          for name, k in kinds.items()))
+        console.print("  outputs judged as (what each is, by its metrics; from):")
+        for name, k in kinds.items():
+            metrics = KINDS.get(k["kind"], "").split(": ", 1)[-1]
+            console.print(f"    {name}: {k['kind']}, by {escape(metrics)} [dim]({escape(k['basis'])})[/dim]")
     for w in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
