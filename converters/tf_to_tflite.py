@@ -34,10 +34,12 @@ class TfToTflite(Converter):
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         """fp16 weights, int8-dynamic weights, or full int8 on built-in int8 kernels only (an op without one fails
-        the conversion), calibrated on ctx.calibration, with the spec's float layers, bias correction and int8 I/O."""
+        the conversion), calibrated on ctx.calibration, with the spec's float layers, bias correction and int8 I/O.
+        A SavedModel that tf.saved_model.load cannot read (the source says which loader read it) goes through
+        TensorFlow's v1 converter, which reads the serving signature's graph alone."""
         import tensorflow as tf
 
-        converter = tf.lite.TFLiteConverter.from_saved_model(ctx.source.saved_model(ctx.work_dir))
+        converter = _converter(ctx)
         if precision == "fp16":
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             converter.target_spec.supported_types = [tf.float16]
@@ -52,7 +54,7 @@ class TfToTflite(Converter):
                 converter.inference_output_type = tf.int8
             float_model = None  # the float .tflite, converted once for what needs it
             if ctx.spec.layers("float") or ctx.spec.bias_correction:
-                float_model = tf.lite.TFLiteConverter.from_saved_model(ctx.source.saved_model(ctx.work_dir)).convert()
+                float_model = _converter(ctx).convert()
             model = _with_float_layers(converter, ctx, src, float_model) if ctx.spec.layers("float") else converter.convert()
             if ctx.spec.bias_correction:
                 model, _ = tflite_bias_correction.correct(model, float_model, ctx.calibration, src.signature.input_names)
@@ -60,6 +62,17 @@ class TfToTflite(Converter):
             return ModelArtifact("tflite", str(out_path), src.signature, precision)
         out_path.write_bytes(converter.convert())
         return ModelArtifact("tflite", str(out_path), src.signature, precision)
+
+
+def _converter(ctx):
+    """TFLiteConverter (v2) on the source's SavedModel, or the v1 one when TF 2's loader could not read it."""
+    import tensorflow as tf
+
+    path = ctx.source.saved_model(ctx.work_dir)
+    if getattr(ctx.source, "signature_only", False):
+        return tf.compat.v1.lite.TFLiteConverter.from_saved_model(path, signature_key="serving_default",
+                                                                  tag_set=set(ctx.source.serving_tags()))
+    return tf.lite.TFLiteConverter.from_saved_model(path)
 
 
 def _representative(samples, names):

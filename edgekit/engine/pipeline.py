@@ -59,8 +59,11 @@ class Sources:
         key = (location, options)
         if key not in self._opened:
             say(f"loading {location}")
+            said: list[str] = []
             with captured():
-                self._opened[key] = open_source(location, options)
+                self._opened[key] = open_source(location, options, said.append)
+            for message in said:  # after the frameworks' output is let go
+                say(message)
         return self._opened[key]
 
     def reference(self, source: Source, samples: SampleSet, say: Progress) -> list[np.ndarray]:

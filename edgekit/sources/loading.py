@@ -175,8 +175,10 @@ def _flatten(out: Any) -> list:
     return [out]
 
 
-def open_source(location: str, options: SourceOptions = SourceOptions()) -> Source:
-    """Open a source model — PyTorch or ONNX — detect its format, load it safely, settle its signature."""
+def open_source(location: str, options: SourceOptions = SourceOptions(), say=lambda _msg: None) -> Source:
+    """Open a source model — PyTorch, TensorFlow/Keras, ONNX or a decoder LM folder — detect its format, load it
+    safely, settle its signature; `say` hears how it was read where that is not the usual way (a SavedModel TF 2's
+    loader could not read, a Keras 2 file)."""
     fmt = detect(location)
     family = FORMATS[fmt].family
     if fmt == "onnx":
@@ -186,7 +188,7 @@ def open_source(location: str, options: SourceOptions = SourceOptions()) -> Sour
 
         return LMSource(location, options.max_seq_len, options.prefill_len)
     if family == "tf":
-        return open_tf(fmt, location, _declared_inputs(options), trust_model_code=options.trust_model_code)
+        return open_tf(fmt, location, _declared_inputs(options), trust_model_code=options.trust_model_code, say=say)
     if family != "torch":
         raise BadInput(f"{location} is a {FORMATS[fmt].description}, which edgekit does not convert from",
                        fix="give a PyTorch (.pt2, .pt, module:factory), TensorFlow/Keras (SavedModel, .keras, .h5) "
