@@ -132,8 +132,8 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
 
 def run(prepared: Prepared, progress: Progress | None = None, routes=None) -> tuple[list[ArtifactResult], list[TargetFailure]]:
     """Build, verify and place every route of the plan (or `routes`, a part of it), in order, each target within
-    the request's time budget. (the results, the targets that made no artifact): with several targets, one that
-    fails to convert or runs past its budget is a TargetFailure and the others go on; a single target raises."""
+    the request's time budget. (the results, the targets that made no artifact): in a request of several targets,
+    one that fails to convert or runs past its budget is a TargetFailure and the others go on; one target raises."""
     say = progress or (lambda _msg: None)
     p, req = prepared.plan, prepared.plan.request
     routes = routes or p.routes
@@ -154,7 +154,7 @@ def run(prepared: Prepared, progress: Progress | None = None, routes=None) -> tu
                 with time_budget(req.time_budget, target.name, last):
                     results.append(job.run(target, route, prepared.samples, prepared.reference))
             except ConversionFailed as e:
-                if len(routes) == 1:
+                if len(p.routes) == 1:  # the request's one target (others placed from the cache are kept)
                     raise
                 failures.append(TargetFailure.of(target.name, e))
                 say(f"{target.name}: no artifact: {e.message}")
