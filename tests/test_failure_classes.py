@@ -9,6 +9,9 @@
 - LSTM weights, which onnxruntime's static quantizer leaves float: stored int8 (weight-only).
 - A residual add reading another (EfficientNet's repeated blocks), which litert-torch's quantizer did not
   annotate in a re-exported graph: int8 in LiteRT.
+- A TorchScript file whose control flow torch.export's TorchScript converter cannot take (a branch calling a
+  submodule, as Silero VAD's scripted decoder does): every target exits 3 with the reason and what to convert
+  instead, at int8 too (where it was an internal error, exit 70).
 (ONNX below opset 13 is in test_tf_and_onnx_sources.py.)
 """
 
@@ -238,3 +241,46 @@ def test_lstm_weights_are_stored_int8(tmp_path):
     quantized = onnx.load(a["path"])
     lstm = next(n for n in quantized.graph.node if n.op_type == "LSTM")
     assert {i.split("_DequantizeLinear")[0] for i in lstm.input[1:3]} == {"W", "R"}
+
+
+_SCRIPTED_BRANCH = """
+import sys
+import numpy as np
+import torch
+from torch import nn
+
+class Decoder(nn.Module):  # as Silero VAD's: an LSTM cell with or without a state given
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTMCell(8, 4)
+
+    def forward(self, x, state):
+        if len(state):
+            h, c = self.rnn(x, (state[0], state[1]))
+        else:
+            h, c = self.rnn(x)
+        return h, torch.stack([h, c])
+
+torch.manual_seed(0)
+torch.jit.script(Decoder()).save(sys.argv[1])
+rng = np.random.default_rng(0)
+np.savez(sys.argv[2], x=rng.random((16, 1, 8), dtype=np.float32), state=rng.random((16, 2, 1, 4), dtype=np.float32))
+"""
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_a_torchscript_branch_torch_export_cannot_take_exits_3_naming_it(tmp_path, precision):
+    import subprocess
+    import sys
+
+    model, calib, script = tmp_path / "decoder.pt", tmp_path / "calib.npz", tmp_path / "write_decoder.py"
+    script.write_text(_SCRIPTED_BRANCH)  # torch.jit.script reads the class's source from its file
+    subprocess.run([sys.executable, script, model, calib], check=True, capture_output=True)
+    proc = run_cli("convert", model, "-t", "onnx", "-t", "executorch", "-p", precision, "--calib", calib,
+                   "--input-shape", "x=1,8", "--input-shape", "state=2,1,4", "-o", tmp_path / "out", "--no-cache")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("edgekit: error:")]
+    assert len(errors) == 2, proc.stderr[-2000:]  # one per target
+    for line in errors:
+        assert "torch.export cannot take the TorchScript model: RuntimeError: TS2EPConverter failed for node prim::If" in line
+        assert "export the Python model with torch.export" in line

@@ -16,7 +16,7 @@ import numpy as np
 
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.deps import require
-from edgekit.core.errors import BadInput, first_line, reading
+from edgekit.core.errors import BadInput, ConversionFailed, first_line, reading
 from edgekit.core.formats import FORMATS, detect
 from edgekit.core.signature import Signature, TensorSpec, check_against, parse_input_shapes
 from edgekit.sources.onnx_source import open_onnx
@@ -144,17 +144,35 @@ class TorchSource:
         return tuple(args)
 
     def exported(self):
-        """The ExportedProgram: the loaded one for a .pt2, else torch.export of the module."""
+        """The ExportedProgram: the loaded one for a .pt2, else torch.export of the module. ConversionFailed, the
+        same each time it is asked for, when torch.export cannot take the module (every target starts from it)."""
+        if isinstance(self._exported, ConversionFailed):
+            raise self._exported
         if self._exported is None:
             import torch
 
-            if isinstance(self.module, torch.jit.ScriptModule):
-                # torch.export refuses ScriptModules and names this converter as the way across.
-                from torch._export.converter import TS2EPConverter
+            scripted = isinstance(self.module, torch.jit.ScriptModule)
+            try:
+                if scripted:
+                    # torch.export refuses ScriptModules and names this converter as the way across.
+                    from torch._export.converter import TS2EPConverter
 
-                self._exported = TS2EPConverter(self.module, self.example_args()).convert()
-            else:
-                self._exported = torch.export.export(self.module, self.example_args())
+                    self._exported = TS2EPConverter(self.module, self.example_args()).convert()
+                else:
+                    self._exported = torch.export.export(self.module, self.example_args())
+            except Exception as e:  # noqa: BLE001 - whatever torch.export raised is the message
+                root = e
+                while root.__cause__ is not None:
+                    root = root.__cause__
+                cause = f"{type(root).__name__}: {first_line(root)}"
+                self._exported = ConversionFailed(
+                    f"torch.export cannot take {'the TorchScript' if scripted else 'the'} model: "
+                    f"{type(e).__name__}: {first_line(e)}" + (f" ({cause})" if first_line(root) != first_line(e) else ""),
+                    fix=("a scripted model's control flow (prim::If, prim::Loop on values) does not convert: export the "
+                         "Python model with torch.export (torch.cond for a branch on values) and convert the .pt2, or "
+                         "convert its .onnx if it has one") if scripted else
+                        "make the model exportable (torch.export's error above), or convert its .onnx if it has one")
+                raise self._exported from e
         return self._exported
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
