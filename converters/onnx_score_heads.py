@@ -82,5 +82,6 @@ def stem_activations(model: Path, asked: bool = False) -> list[str]:
         return []
     image = images[0]
     height, width = (image[1], image[2]) if image[3] in (1, 3, 4) and image[1] not in (1, 3, 4) else (image[2], image[3])
-    return [v.name for v in graph.value_info if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    made = {out for node in graph.node for out in node.output}  # value_info may still name tensors no node makes
+    return [v.name for v in graph.value_info if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT and v.name in made
             and len(d := dims(v)) == 4 and d[2] * STEM_STRIDE >= height and d[3] * STEM_STRIDE >= width]

@@ -130,3 +130,25 @@ def test_auto_on_onnx_collects_the_statistics_once_for_every_candidate(tmp_path)
     # the methods' ranges differ, so do their int8 models' outputs on the held-out samples
     without_correction = [c.sqnr_db for c in cal.candidates if not c.bias_correction]
     assert len(set(without_correction)) == 3, cal.candidates
+
+
+def test_the_stem_a_detector_keeps_at_int16_names_only_tensors_its_graph_makes(tmp_path):
+    """A model's value_info may still name a tensor no node makes any more (onnxruntime's pre-processing drops
+    nodes and keeps their shapes: ddddocr's YOLOX detector); quantize_static refuses an override of such a tensor
+    ("Tensor '467' in TensorQuantOverrides is not present in the model"), so the stem names only tensors made."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgekit.converters.onnx_score_heads import stem_activations
+
+    weight = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["image", "w"], ["features"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Sigmoid", ["features"], ["scores"], name="head")]
+    shape = [1, 4, 32, 32]
+    graph = helper.make_graph(nodes, "detector", [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, shape)], [weight],
+                              value_info=[helper.make_tensor_value_info("features", TensorProto.FLOAT, shape),
+                                          helper.make_tensor_value_info("467", TensorProto.FLOAT, shape)])
+    path = tmp_path / "detector.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert stem_activations(path) == ["features"]
