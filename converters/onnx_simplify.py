@@ -18,6 +18,11 @@ One more exact rewrite is for speed: a global average pool written as ReduceMean
 block), as GlobalAveragePool (`global_pool`), which ONNX Runtime runs as an int8 kernel between
 quantize/dequantize pairs; it has none for ReduceMean, which then runs in float between a dequantize and a
 quantize.
+
+And one for onnxruntime's quantizer itself: a Gemm whose bias is a constant of shape [1, N] (a MatMul and an
+Add of a [1, N] constant, fused by its pre-processing: magika's dense layers through jax2tf) stops
+`quantize_static`'s int32 bias check, which reads a bias as one value per channel ("The truth value of an array
+with more than one element is ambiguous"); the same values as [N] (`flat_biases`), which Gemm broadcasts alike.
 """
 
 from __future__ import annotations
@@ -38,10 +43,24 @@ def simplify(path: Path, out: Path | None = None) -> int:
 
     model = onnx.load(str(path))
     constants = _constants(model.graph)
-    count = fold_affine(model.graph, constants) + fuse_prelu(model.graph, constants) + global_pool(model.graph, constants)
+    count = (fold_affine(model.graph, constants) + fuse_prelu(model.graph, constants) + global_pool(model.graph, constants)
+             + flat_biases(model.graph))
     if count:
         _drop_unused(model.graph)
         onnx.save(model, str(out or path))
+    return count
+
+
+def flat_biases(graph) -> int:
+    """Each Gemm's constant bias of shape [1, N] (an initializer no other node reads) as [N]; how many."""
+    initializers = {t.name: t for t in graph.initializer}
+    readers = Counter(i for n in graph.node for i in n.input)
+    count = 0
+    for node in graph.node:
+        bias = initializers.get(node.input[2]) if node.op_type == "Gemm" and len(node.input) > 2 else None
+        if bias is not None and len(bias.dims) == 2 and bias.dims[0] == 1 and readers[bias.name] == 1:
+            bias.dims[:] = [bias.dims[1]]  # the same values in the same order
+            count += 1
     return count
 
 

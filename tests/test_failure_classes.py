@@ -284,3 +284,26 @@ def test_a_torchscript_branch_torch_export_cannot_take_exits_3_naming_it(tmp_pat
     for line in errors:
         assert "torch.export cannot take the TorchScript model: RuntimeError: TS2EPConverter failed for node prim::If" in line
         assert "export the Python model with torch.export" in line
+
+
+def test_a_gemm_bias_of_shape_1_by_n_quantizes_to_onnx_int8(tmp_path):
+    """A dense layer's bias as a [1, N] constant (jax2tf's MatMul + Add, fused into a Gemm: magika's classifier)
+    stopped onnxruntime's quantize_static ("The truth value of an array with more than one element is
+    ambiguous"); it is quantized as the [N] bias it is."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.normal(0, 0.3, (16, 10)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.normal(0, 0.1, (1, 10)).astype(np.float32), "b")
+    graph = helper.make_graph([helper.make_node("Gemm", ["x", "w", "b"], ["logits"], name="dense")], "dense",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], [w, b])
+    model = tmp_path / "dense.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    np.savez(tmp_path / "calib.npz", x=rng.normal(0, 1, (32, 1, 16)).astype(np.float32))
+    proc = run_cli("convert", model, "-t", "onnx", "--int8", "--calib", tmp_path / "calib.npz", "-o", tmp_path / "out",
+                   "--json", "--no-cache")
+    v = _artifacts(proc)[("onnx", "int8")]["verification"]
+    assert v["status"] == "pass", v
+    assert v["inspection"]["int8_weight_share"] > 0.5
