@@ -9,6 +9,7 @@ the program (see edgekit.core.io_params).
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 from edgekit.core import io_params
@@ -16,7 +17,7 @@ from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.calibration import pt2e, pt2e_statistics
 from edgekit.calibration.data import SampleSet
-from edgekit.converters import pt2e_int8
+from edgekit.converters import pt2e_int8, pte_partitions
 from edgekit.converters.base import ConvertContext, Converter
 
 
@@ -49,27 +50,40 @@ class TorchToPte(Converter):
             program = torch.export.export(_fp16_wrapper()(copy.deepcopy(source.exported().module())), args)
         else:
             dynamic = precision == "int8-dynamic"
-            _, quantized = pt2e_int8.quantized_graph(src, ctx, *_xnnpack(), "xnnpack", dynamic=dynamic,
+            _, quantized = pt2e_int8.quantized_graph(src, _unrolled(ctx), *_xnnpack(), "xnnpack", dynamic=dynamic,
                                                      example_args=args)
             program = torch.export.export(quantized, args)
             if ctx.spec.int8_io and not dynamic:
                 files.append(str(_integer_io(program, src, out_path)))
-        lowered, left_out = lower(program)
+        # the re-exported int8 graph no longer names its modules: whether it is recurrent is the source's
+        lowered, left_out = lower(program, recurrent=pte_partitions.is_recurrent(source.exported()))
         out_path.write_bytes(lowered.to_executorch(_backend_config(precision)).buffer)
         return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files),
                              meta=ArtifactMeta(outside_delegate=tuple(left_out)))
 
     def quantized_outputs(self, src: ModelArtifact, ctx: ConvertContext, samples: SampleSet) -> list:
         """The outputs on `samples` of the PT2E graph `convert` would lower for ctx.spec, in torch."""
-        _, graph = pt2e_int8.quantized_graph(src, ctx, *_xnnpack(), "xnnpack")
+        _, graph = pt2e_int8.quantized_graph(src, _unrolled(ctx), *_xnnpack(), "xnnpack")
         return pt2e_statistics.outputs(graph, src, samples)
+
+
+def _unrolled(ctx: ConvertContext) -> ConvertContext:
+    """`ctx`, its source's recurrent layers unrolled for PT2E if it has any (XNNPACKQuantizer leaves an
+    `aten.lstm` float whole; see edgekit.converters.pte_partitions); as it is otherwise."""
+    if not pte_partitions.is_recurrent(ctx.source.exported()):
+        return ctx
+    return replace(ctx, source=pte_partitions.UnrolledSource(ctx.source))
 
 
 MAX_LEFT_OUT = 8  # layers lowering may leave out of the XNNPACK delegate before it gives up
 
 
-def lower(program):
+def lower(program, recurrent: bool | None = None):
     """`program` lowered with the XNNPACK partitioner, and the layers left out of the delegate.
+
+    A recurrent program (`recurrent`; by default, whether its nodes name a recurrent layer) has the view ops
+    between its unrolled steps rewritten into ones XNNPACK takes (edgekit.converters.pte_partitions), so that
+    its steps lower as one partition, not one each.
 
     XNNPACK's lowering passes assert on some patterns they accept in partitioning (its channels-last
     pass on a PReLU after a Linear: "Attempting to convert non-NHWC compatible node to NHWC"). The node
@@ -79,11 +93,15 @@ def lower(program):
     """
     from executorch.exir import to_edge_transform_and_lower
 
+    # a recurrent layer's unrolled steps as one partition, not one each (see edgekit.converters.pte_partitions)
+    recurrent = pte_partitions.is_recurrent(program) if recurrent is None else recurrent
+    passes = [pte_partitions.delegable_views] if recurrent else None
     left_out: list[dict] = []
     while True:
         skip = {(d["layer"], d["op"]) for d in left_out}
         try:
-            return to_edge_transform_and_lower(program, partitioner=[_partitioner(skip)]), left_out
+            return to_edge_transform_and_lower(program, transform_passes=passes,
+                                               partitioner=[_partitioner(skip)]), left_out
         except Exception as e:  # noqa: BLE001 - any failure of a pass on one node
             node = _failing_node(e)
             key = _layer_op(node) if node is not None else None
@@ -173,7 +191,7 @@ def quantize_int8(source, calibration, spec):
     symmetric int8 as `spec` (a QuantSpec) says, its method's activation observer, its float layers left
     float, calibrated on `calibration`. Shared with edgekit.engine.pte_layers, which attributes drift on this
     very graph."""
-    ctx = ConvertContext(source, Path(), calibration, spec)
+    ctx = _unrolled(ConvertContext(source, Path(), calibration, spec))
     return pt2e_int8.quantized_graph(source.artifact, ctx, *_xnnpack(), "xnnpack")[1]
 
 
