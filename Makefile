@@ -59,7 +59,7 @@ bench: setup
 bench-int8: setup
 	$(BIN)/python bench/bench_int8_real.py
 
-# The twelve models of sample_models/zoo.py × every target edgekit reaches: edgekit's default int8 against the raw
+# The 25 models of sample_models/zoo.py (and zoo_wild.py, zoo_wild2.py) × every target edgekit reaches: edgekit's default int8 against the raw
 # library calls (and NNCF when it is importable), one table.
 bench-zoo: setup
 	$(BIN)/python bench/bench_zoo.py
