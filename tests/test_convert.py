@@ -100,9 +100,9 @@ def test_convert_starts_the_runtime_workers_before_it_opens_the_source(tmp_path,
     workers_at_open = {}
     open_source = pipeline.open_source
 
-    def spy(location, options):
+    def spy(location, options, say):
         workers_at_open.update({fmt: w.alive for (fmt, _), w in isolation._WORKERS.items()})
-        return open_source(location, options)
+        return open_source(location, options, say)
 
     monkeypatch.setattr(pipeline, "open_source", spy)
     result = convert(build_request(str(DIGITS), ("tflite", "onnx"), str(tmp_path), eval_data=str(DIGITS_EVAL)))

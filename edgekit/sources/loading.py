@@ -16,7 +16,7 @@ import numpy as np
 
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.deps import require
-from edgekit.core.errors import BadInput, ConversionFailed, first_line, reading
+from edgekit.core.errors import BadInput, ConversionFailed, EdgekitError, first_line, reading
 from edgekit.core.formats import FORMATS, detect
 from edgekit.core.signature import Signature, TensorSpec, check_against, parse_input_shapes
 from edgekit.sources.onnx_source import open_onnx
@@ -160,6 +160,8 @@ class TorchSource:
                     self._exported = TS2EPConverter(self.module, self.example_args()).convert()
                 else:
                     self._exported = torch.export.export(self.module, self.example_args())
+            except EdgekitError:  # a time budget ran out meanwhile: not the model's failure
+                raise
             except Exception as e:  # noqa: BLE001 - whatever torch.export raised is the message
                 root = e
                 while root.__cause__ is not None:
