@@ -18,14 +18,26 @@ join one partition and the app still needs only the XNNPACK delegate and the por
 At int8 the same layer must be unrolled before PT2E sees it: XNNPACKQuantizer annotates `linear`, `add`,
 `mul`, not `aten.lstm`, which it leaves float whole (a 2-layer LSTM's int8 .pte stored 1.7% of its weights
 as int8 and failed verification). `UnrolledSource` hands the quantizer the program with only the recurrent
-ops decomposed (`unrolled`, torch.export's own decompositions): per step a `linear` for each weight, the
-gates' sigmoid/tanh, their products and sums, which it quantizes as it does any linear and elementwise op.
+ops decomposed (`unrolled`), an `nn.LSTM`'s or `nn.GRU`'s by edgekit's own decomposition (`_recurrence`):
+per layer and direction each gate's input projection is one linear over the sequence, and per step a row of
+each plus a linear of the hidden state for each gate, their sigmoid/tanh, products and sums. Nothing is
+split, so every op of a step is one XNNPACK takes and the int8 steps lower as one partition, as at fp32. Its
+per-gate weights are parameters of their own (`_own_weights`).
 
-What is not solved at int8: a split of the dequantized int8 gates moved into XNNPACK as slices reads wrong
-(cosine 0.957 to its own PT2E graph on a 2-layer LSTM, with or without a quantize/dequantize pair of the
-gates' parameters after each slice), so that split stays outside the delegate and an int8 recurrence still
-lowers as one partition per step and layer. Its other view ops are rewritten, the moves of an int8 tensor
-keeping its parameters (`_share_qparams`).
+Two things torch's own decomposition does that read wrong at int8 once the steps share a partition, and
+which this one avoids:
+  * a bias shared by the steps' linears (its hidden-state linear's, every step): XNNPACK serializes a
+    linear's bias as int32 at the scale of that linear's input, once per bias node, so every step after
+    the first read it at the first step's scale (steps' linears keeping their biases: off by up to 0.07
+    from the PT2E graph one step in, on a 1-layer LSTM). Here the biases are in the sequence's projection,
+    made once; the hidden-state linears have none.
+  * a `sub` (the GRU's (h - n) * z + n), which XNNPACKQuantizer does not annotate: reading a dequantized h
+    and a float tanh, XNNPACK takes it for an int8 sub. Here h' = (1 - z) n + z h, 1 - z = sigmoid(-a_z).
+With torch's decomposition the int8 gates were split after one linear, and that split, moved into XNNPACK
+as slices, read wrong (cosine 0.957 to its own PT2E graph): likely the shared bias above, which only showed
+once the slices joined the steps into one partition (an nn.RNN's steps, with no split, were one partition
+with a shared bias: not measured). `nn.RNN` is unrolled the same way. Other recurrent ops (the cells, an
+LSTM with projections, an unbatched input) still take torch's decomposition and lower as before.
 
 Only a graph holding a recurrent layer is touched (`is_recurrent`): any other model lowers exactly as
 before, its .pte byte for byte the same.
@@ -33,6 +45,7 @@ before, its .pte byte for byte the same.
 
 from __future__ import annotations
 
+import functools
 import operator
 import weakref
 
@@ -59,9 +72,31 @@ def is_recurrent(program) -> bool:
     return False
 
 
+def recurrent_steps(program) -> list[tuple[str, str, int]]:
+    """The recurrent ops of `program` (an ATen ExportedProgram) and how many steps each unrolls into:
+    [(its layer's module path, its op, steps)], a layer's steps being the sequence's length × its layers ×
+    its directions (a cell: 1)."""
+    ops = {f"aten.{name}" for name in RECURRENT_OPS}
+    found = []
+    for node in program.graph.nodes:
+        if node.op != "call_function" or str(node.target) not in ops:
+            continue
+        stack = node.meta.get("nn_module_stack") or {}
+        layer = list(stack.values())[-1][0] if stack else ""
+        op = str(node.target).split(".")[1]
+        steps = 1
+        if str(node.target).endswith(".input"):  # (input, hx, params, has_biases, layers, dropout, train, bidirectional, batch_first)
+            shape = node.args[0].meta["val"].shape
+            time = 1 if node.args[8] and len(shape) == 3 else 0
+            steps = int(shape[time]) * int(node.args[4]) * (2 if node.args[7] else 1)
+        found.append((layer, op, steps))
+    return found
+
+
 def unrolled(program):
     """`program` (an ATen ExportedProgram) with its recurrent ops decomposed into their steps and nothing
-    else decomposed (a `linear` stays a `linear`); made once per program."""
+    else decomposed (a `linear` stays a `linear`): an LSTM's, GRU's or RNN's by `_recurrence`, the others by
+    torch's decompositions; made once per program."""
     import torch
 
     found = _unrolled.get(program)
@@ -70,8 +105,202 @@ def unrolled(program):
         ops = [getattr(getattr(torch.ops.aten, name.split(".")[0]), name.split(".")[1]) for name in RECURRENT_OPS]
         present = {n.target for n in program.graph.nodes if n.op == "call_function"}
         table = {op: every[op] for op in ops if op in present}
-        found = _unrolled[program] = program.run_decompositions(table) if table else program
+        ours = {torch.ops.aten.lstm.input: _lstm_input, torch.ops.aten.gru.input: _gru_input,
+                torch.ops.aten.rnn_tanh.input: functools.partial(_rnn_input, "rnn_tanh"),
+                torch.ops.aten.rnn_relu.input: functools.partial(_rnn_input, "rnn_relu")}
+        table.update({op: fn for op, fn in ours.items() if op in table})
+        found = _unrolled[program] = _own_weights(program.run_decompositions(table)) if table else program
     return found
+
+
+def _folded():
+    import torch
+
+    aten = torch.ops.aten
+    return (aten.slice.Tensor, aten.neg.default, aten.add.Tensor)
+
+
+def _own_weights(program):
+    """`program` with every slice of a parameter (the gates' weights and biases `_recurrence` cuts out of the
+    stacked ones, their negations and sums) a parameter of its own: XNNPACK takes a linear whose weight and
+    bias are parameters, not ops computing them (a linear with a sliced bias was left to the portable
+    kernels as addmm), and PT2E quantizes such a parameter as any linear's weight. A stacked parameter
+    nothing else reads is dropped."""
+    import torch
+    from torch._guards import detect_fake_mode
+    from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+
+    signature, graph = program.graph_signature, program.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    names = signature.inputs_to_parameters  # placeholder name → the parameter's name
+    values = {n: program.state_dict[names[n.name]] for n in placeholders if n.name in names}
+    roots = {n: names[n.name] for n in values}  # the parameter each value is cut from
+    for node in graph.nodes:
+        inputs = [a for a in (*node.args, *node.kwargs.values()) if isinstance(a, torch.fx.Node)]
+        if node.op == "call_function" and node.target in _folded() and inputs and all(a in values for a in inputs):
+            args, kwargs = torch.utils._pytree.tree_map_only(torch.fx.Node, values.get, (node.args, node.kwargs))
+            with torch.no_grad():
+                values[node] = node.target(*args, **kwargs)
+            roots[node] = roots[inputs[0]]
+    cut = [n for n in values if n.op != "placeholder" and any(u not in values for u in n.users)]
+    if not cut:
+        return program
+    fake = detect_fake_mode(tuple(n.meta["val"] for n in placeholders))
+    specs = {s.arg.name: s for s in signature.input_specs}
+    last = max((n for n in placeholders if n.name in names), key=placeholders.index)
+    taken = set(program.state_dict)
+    for node in cut:
+        fqn = next(f"{roots[node]}_{k}" for k in range(len(taken) + 1) if f"{roots[node]}_{k}" not in taken)
+        taken.add(fqn)
+        with graph.inserting_after(last):
+            new = last = graph.placeholder("p_" + fqn.replace(".", "_"))
+        new.meta.update(node.meta)
+        new.meta["val"] = fake.from_tensor(values[node], static_shapes=True)
+        # a copy: a view of the stacked tensor would carry (and serialize) all of it
+        program.state_dict[fqn] = torch.nn.Parameter(values[node].clone().contiguous(), requires_grad=False)
+        specs[new.name] = InputSpec(InputKind.PARAMETER, TensorArgument(new.name), fqn, None)
+        node.replace_all_uses_with(new)
+    graph.eliminate_dead_code()
+    for node in placeholders:
+        if node.name in names and not node.users:
+            program.state_dict.pop(names[node.name])
+            graph.erase_node(node)
+    signature.input_specs = [specs[n.name] for n in graph.nodes if n.op == "placeholder"]
+    graph.lint()
+    program.graph_module.recompile()
+    return program
+
+
+def _gates(tensor, gates: int):
+    """A stacked weight or bias (torch's gates one after another along its rows) cut into its gates."""
+    size = tensor.shape[0] // gates
+    return [tensor[g * size:(g + 1) * size] for g in range(gates)]
+
+
+def _project(pieces, weight, bias):
+    """linear(cat(pieces, -1), weight, bias) without the cat: one linear per piece of the input (a
+    bidirectional layer's directions), on the weight's columns for it."""
+    import torch.nn.functional as F
+
+    out, start = None, 0
+    for piece in pieces:
+        width = piece.shape[-1]
+        part = F.linear(piece, weight[:, start:start + width], bias if out is None else None)
+        out, start = part if out is None else out + part, start + width
+    return out
+
+
+def _recurrence(input, states, params, has_biases, num_layers, bidirectional, batch_first, kind):
+    """aten.lstm.input / aten.gru.input / aten.rnn_tanh.input / aten.rnn_relu.input (`kind` "lstm", "gru",
+    "rnn_tanh", "rnn_relu") with inference's arguments, unrolled with no split and no bias shared between
+    steps: (its output, each layer and direction's last state, an LSTM's as (h, c))).
+
+    Per layer and direction, each gate's input projection is one linear over the whole sequence, both of
+    the gate's biases in it (the GRU's candidate gate keeps its hidden bias, which r scales, as an add); a
+    step reads its row of each and adds its own bias-free linear of the hidden state. XNNPACK quantizes a
+    linear's bias to int32 with the scale of that linear's input, once per bias it is given: a bias shared by
+    the steps' linears, as in torch's own decomposition, is right for the first step only once the steps are
+    one partition. A bidirectional layer's input stays two sequences, the weight's columns cut for each.
+
+    The states are [1, batch, hidden] (a row [batch, hidden] added to them broadcasts), so that a direction's
+    output is the `cat` of its steps' states as they are: an unsqueeze between a state and the cat would be
+    a move of int8 values (`_share_qparams`) under other parameters than the cat's, which XNNPACK refuses."""
+    import torch
+
+    time = 1 if batch_first else 0
+    steps = input.shape[time]
+    layout, pieces = time, [input]  # the layer's input: pieces along the features, their time dimension
+    directions = 2 if bidirectional else 1
+    group = 4 if has_biases else 2
+    n_gates = {"lstm": 4, "gru": 3}.get(kind, 1)
+    finals = []
+    for layer in range(num_layers):
+        outputs = []
+        for d in range(directions):
+            k = layer * directions + d
+            w_ih, w_hh = params[k * group], params[k * group + 1]
+            b_ih, b_hh = (params[k * group + 2], params[k * group + 3]) if has_biases else (None, None)
+            wi, wh = _gates(w_ih, n_gates), _gates(w_hh, n_gates)
+            bi = _gates(b_ih, n_gates) if has_biases else [None] * n_gates
+            bh = _gates(b_hh, n_gates) if has_biases else [None] * n_gates
+            both = [None if b is None else b + c for b, c in zip(bi, bh)]
+            if kind != "gru":
+                seq = [_project(pieces, wi[g], both[g]) for g in range(n_gates)]
+            else:  # r, z, n, then -z's pre-activation for 1 - z = sigmoid(-a_z)
+                seq = [_project(pieces, wi[0], both[0]), _project(pieces, wi[1], both[1]),
+                       _project(pieces, wi[2], bi[2]), _project(pieces, -wi[1], None if both[1] is None else -both[1])]
+            state = states(k)
+            out = [None] * steps
+            for t in (range(steps - 1, -1, -1) if d else range(steps)):
+                rows = [s.select(layout, t) for s in seq]
+                if kind == "lstm":
+                    state = _lstm_step(rows, state, wh)
+                elif kind == "gru":
+                    state = _gru_step(rows, state, wh, bh[2])
+                else:  # an Elman RNN: tanh or relu of the row plus the hidden state's linear
+                    state = rows[0] + torch.nn.functional.linear(state, wh[0])
+                    state = state.tanh() if kind == "rnn_tanh" else state.relu()
+                out[t] = state[0] if kind == "lstm" else state
+            outputs.append(out)
+            finals.append(state)
+        layout, pieces = 0, [torch.cat(out, 0) for out in outputs]
+    output = torch.cat(pieces, -1) if len(pieces) > 1 else pieces[0]
+    return (output.transpose(0, 1) if batch_first else output), finals
+
+
+def _lstm_step(rows, state, wh):
+    """One LSTM step (gate order i, f, g, o): each gate its row of the input projection plus its own
+    linear of h."""
+    import torch.nn.functional as F
+
+    h, c = state
+    i, f, g, o = (row + F.linear(h, w) for row, w in zip(rows, wh))
+    c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+    return o.sigmoid() * c.tanh(), c
+
+
+def _gru_step(rows, h, wh, b_hn):
+    """One GRU step (gate order r, z, n; n's hidden bias inside r * (…)), with no subtraction:
+    h' = (1 - z) n + z h, 1 - z = sigmoid(-a_z) from the negated weights. XNNPACKQuantizer annotates no `sub`:
+    torch's (h - n) * z + n leaves a sub reading a dequantized h and a float tanh, which XNNPACK takes for an
+    int8 sub and misreads."""
+    import torch.nn.functional as F
+
+    r = (rows[0] + F.linear(h, wh[0])).sigmoid()
+    z = (rows[1] + F.linear(h, wh[1])).sigmoid()
+    keep = (rows[3] + F.linear(h, -wh[1])).sigmoid()
+    hidden = F.linear(h, wh[2])
+    n = (rows[2] + r * (hidden if b_hn is None else hidden + b_hn)).tanh()
+    return keep * n + z * h
+
+
+def _lstm_input(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """aten.lstm.input unrolled by `_recurrence`; torch's own decomposition for what it does not cover
+    (projections, training, an unbatched input)."""
+    import torch
+    from torch._decomp import decompositions
+
+    h0, c0 = hx
+    if train or h0.shape[-1] != c0.shape[-1] or input.dim() != 3:
+        return decompositions.lstm_impl(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                                        batch_first)
+    output, finals = _recurrence(input, lambda k: (h0[k:k + 1], c0[k:k + 1]), params, has_biases, num_layers,
+                                 bidirectional, batch_first, "lstm")
+    return output, torch.cat([h for h, _ in finals]), torch.cat([c for _, c in finals])
+
+
+def _gru_input(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """aten.gru.input unrolled by `_recurrence`; torch's own decomposition for what it does not cover
+    (training, an unbatched input)."""
+    import torch
+    from torch._decomp import decompositions
+
+    if train or input.dim() != 3:
+        return decompositions.gru_impl(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                                       batch_first)
+    output, finals = _recurrence(input, lambda k: hx[k:k + 1], params, has_biases, num_layers, bidirectional,
+                                 batch_first, "gru")
+    return output, torch.cat(finals)
 
 
 class UnrolledSource:
@@ -278,3 +507,17 @@ _REWRITES = {
     "split_copy.Tensor": _pieces_as_slices,
     "unbind_copy.int": _pieces_as_slices,
 }
+
+
+def _rnn_input(kind, input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):
+    """aten.rnn_tanh.input / aten.rnn_relu.input (`kind`) unrolled by `_recurrence`; torch's own
+    decomposition for what it does not cover (training, an unbatched input)."""
+    import torch
+    from torch._decomp import decompositions
+
+    if train or input.dim() != 3:
+        default = decompositions.rnn_tanh_input if kind == "rnn_tanh" else decompositions.rnn_relu_input
+        return default(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+    output, finals = _recurrence(input, lambda k: hx[k:k + 1], params, has_biases, num_layers, bidirectional,
+                                 batch_first, kind)
+    return output, torch.cat(finals)

@@ -58,8 +58,9 @@ class TorchToPte(Converter):
         # the re-exported int8 graph no longer names its modules: whether it is recurrent is the source's
         lowered, left_out = lower(program, recurrent=pte_partitions.is_recurrent(source.exported()))
         out_path.write_bytes(lowered.to_executorch(_backend_config(precision)).buffer)
+        kept = _kept_float(source.exported()) if precision.startswith("int8") else ()
         return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files),
-                             meta=ArtifactMeta(outside_delegate=tuple(left_out)))
+                             meta=ArtifactMeta(outside_delegate=tuple(left_out), kept_float=kept))
 
     def quantized_outputs(self, src: ModelArtifact, ctx: ConvertContext, samples: SampleSet) -> list:
         """The outputs on `samples` of the PT2E graph `convert` would lower for ctx.spec, in torch."""
@@ -67,12 +68,32 @@ class TorchToPte(Converter):
         return pt2e_statistics.outputs(graph, src, samples)
 
 
+# Unrolled steps of recurrent layers an int8 .pte quantizes: XNNPACK's lowering of an int8 step (its linears,
+# gates and their quantize/dequantize pairs) took about 5 s on 2 cores (a 1-layer LSTM of hidden size 64 over 20
+# steps: 132 s), linear in the steps, so 48 steps stay within a few minutes.
+MAX_INT8_STEPS = 48
+
+
 def _unrolled(ctx: ConvertContext) -> ConvertContext:
-    """`ctx`, its source's recurrent layers unrolled for PT2E if it has any (XNNPACKQuantizer leaves an
-    `aten.lstm` float whole; see edgekit.converters.pte_partitions); as it is otherwise."""
-    if not pte_partitions.is_recurrent(ctx.source.exported()):
+    """`ctx`, its source's recurrent layers unrolled for PT2E if it has any and they unroll into at most
+    MAX_INT8_STEPS steps (XNNPACKQuantizer leaves an `aten.lstm` float whole; see
+    edgekit.converters.pte_partitions); as it is otherwise (`_kept_float` says which layers that leaves float)."""
+    if not pte_partitions.is_recurrent(ctx.source.exported()) or _kept_float(ctx.source.exported()):
         return ctx
     return replace(ctx, source=pte_partitions.UnrolledSource(ctx.source))
+
+
+def _kept_float(program) -> tuple[dict, ...]:
+    """The recurrent layers an int8 .pte of `program` keeps float, with why: all of them when they unroll into
+    more than MAX_INT8_STEPS steps ({"layer", "op", "why"}); none otherwise."""
+    found = pte_partitions.recurrent_steps(program)
+    total = sum(steps for _, _, steps in found)
+    if total <= MAX_INT8_STEPS:
+        return ()
+    why = (f"its recurrent layers unroll into {total} steps, over the {MAX_INT8_STEPS} an int8 .pte quantizes: "
+           f"XNNPACK lowers an int8 step in about 5 s, so {total} would take about {total * 5 // 60} min; they stay "
+           "float, lowered as at fp32 (tflite and onnx quantize them at any length)")
+    return tuple({"layer": layer, "op": op, "why": why} for layer, op, _ in found)
 
 
 MAX_LEFT_OUT = 8  # layers lowering may leave out of the XNNPACK delegate before it gives up

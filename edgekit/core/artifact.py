@@ -15,7 +15,7 @@ from edgekit.core.signature import Signature
 CARRIED = ("int8_types", "opset_upgrade")
 # Reported in a result's JSON when a route recorded them, in this order (after route, tool versions,
 # seconds and calibration, which every result has).
-REPORTED = ("quantization", "int8_types", "opset_upgrade", "outside_delegate", "search", "mobile_package", "reused", "lm")
+REPORTED = ("quantization", "int8_types", "opset_upgrade", "outside_delegate", "kept_float", "search", "mobile_package", "reused", "lm")
 
 
 # Where `auto` measured a candidate's drift (CalibrationCandidate.measured_on).
@@ -106,6 +106,7 @@ class ArtifactMeta:
     int8_types: Mapping | None = None  # an int8 ONNX model's activation and weight types
     opset_upgrade: Mapping | None = None  # an ONNX model upgraded before quantization: from, to, why
     outside_delegate: tuple[Mapping, ...] = ()  # .pte nodes left to the portable kernels
+    kept_float: tuple[Mapping, ...] = ()  # layers an int8 route left float by design, and why
     mobile_package: Mapping | None = None  # whether an .ort fits ONNX Runtime's mobile packages
     ort_format: Mapping | None = None  # how an .ort was optimized
     reused: tuple[Mapping, ...] = ()  # steps reused from another target's route in the same run
@@ -127,7 +128,7 @@ class ArtifactMeta:
         """Inverse of `to_json(everything=True)`; keys that are not fields (another version's) are dropped."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in d.items() if k in known}
-        for name in ("route", "outside_delegate", "reused"):
+        for name in ("route", "outside_delegate", "kept_float", "reused"):
             if name in values:
                 values[name] = tuple(values[name])
         if values.get("quantization") is not None:
