@@ -66,6 +66,8 @@ def edgekit_convert(m, target: str, int8: bool, out: Path, extra: tuple = ()) ->
         cmd += ["--int8", "--calib", str(m.calib)]
     if m.input_shape:
         cmd += ["--input-shape", m.input_shape]
+    if getattr(m, "output_kind", None):
+        cmd += ["--output-kind", m.output_kind]
     started = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=out.parent)
     wall = time.perf_counter() - started
@@ -203,6 +205,7 @@ def verify(m, path: Path):
     from edgekit.engine.pipeline import verify_artifacts
 
     req = build_request(source=str(m.source), targets=("all",), eval_data=str(m.eval), precision="int8",
+                        output_kinds=(m.output_kind,) if getattr(m, "output_kind", None) else (),
                         source_options=SourceOptions(input_shapes=(m.input_shape,) if m.input_shape else ()))
     try:
         return verify_artifacts(req, [str(path)]).artifacts[0].to_json(), None

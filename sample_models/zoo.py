@@ -93,6 +93,8 @@ class ZooModel:
     task_bar: float | None = None     # the task metric's value (the `task` column of bench_zoo) at which a user would
                                       # call the int8 artifact good for its task: at least this, or at most this for
                                       # max_abs (lower is better); see TASK_BARS for the reasons
+    output_kind: str | None = None    # edgekit --output-kind for an output its shape misleads (a decoder's logits
+                                      # per step read as a map), as its user would give it
 
 
 # ------------------------------------------------------------------------------------------ helpers

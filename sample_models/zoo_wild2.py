@@ -955,7 +955,8 @@ def g2p_weights() -> dict[str, np.ndarray]:
 
 def build_g2p():
     """g2p_en's predict() as a torch module: nn.GRU encoder over the padded letters (state read at </s>),
-    GRUCell decoder from <s> with greedy arg-max feedback for 20 steps; returns logits 1×20×74."""
+    GRUCell decoder from <s> with greedy arg-max feedback for 20 steps; returns logits 1×20×74, a step after
+    </s> the one-hot of </s> (predict() stops there: what the decoder reads on past its end is no reading)."""
     import torch
     from torch import nn
 
@@ -977,18 +978,23 @@ def build_g2p():
                                      (self.dec.bias_ih, "dec_b_ih"), (self.dec.bias_hh, "dec_b_hh"),
                                      (self.fc.weight, "fc_w"), (self.fc.bias, "fc_b")):
                     mine.copy_(w[theirs])
+            self.register_buffer("end", torch.nn.functional.one_hot(torch.tensor(3), w["fc_w"].shape[0]).float())
 
         def forward(self, chars):
             seq, _ = self.enc(self.enc_emb(chars))                               # 1 × L × 256
             end = (chars == 2).to(torch.int64).argmax(1)                          # the </s> position
             h = torch.gather(seq, 1, end[:, None, None].expand(-1, 1, seq.shape[2]))[:, 0]
             tok = torch.full_like(end, 2)                                         # <s>
-            logits = []
+            logits, ended = [], torch.zeros_like(h[:, :1])
             for _ in range(G2P_STEPS):
                 h = self.dec(self.dec_emb(tok), h)
                 out = self.fc(h)
+                # predict() stops at </s>: a step after it says </s> again (a one-hot), not what the decoder
+                # would read on past the end
+                out = out * (1 - ended) + ended * self.end
                 logits.append(out)
                 tok = out.argmax(-1)
+                ended = torch.maximum(ended, (tok == 3).to(h.dtype)[:, None])
             return torch.stack(logits, 1)
 
     return G2P().eval()
@@ -1060,7 +1066,9 @@ def g2p_en_gru(out_dir: Path, n_calib: int = 96, n_eval: int = 48):
                        "g2p_en grapheme-to-phoneme seq2seq (GRU encoder 256, GRUCell decoder 256, greedy), 0.83 M params",
                        "torch", "seq", "Apache-2.0 (g2p_en by K. Park & J. Kim)",
                        "GRU (12 steps), GRUCell ×20 unrolled, Embedding gather on int64 and on the decoder's own "
-                       "arg-max, gather at the </s> position", task_bar=0.95)
+                       "arg-max, gather at the </s> position", task_bar=0.95,
+                       # 20 × 74 logits: a decoder's tokens per step, which their shape alone makes a map
+                       output_kind="output_0=sequence")
     if _cached(model, n_calib, n_eval):
         return model
     import torch

@@ -53,6 +53,7 @@ def test_compare_passes_within_thresholds_and_reports_accuracy():
     assert verdict.task_accuracy == {"reference": 0.9, "artifact": 0.9}
     # class scores have no positions: no per-channel metric
     assert set(verdict.metrics["output_0"]) == set(METRICS) - {"channel_cosine", "channel_cosine_min", "step_top1_agreement",
+                                                                  "sequence_agreement",
                                                                   "decision_agreement"}
     assert verdict.kinds["output_0"]["kind"] == "scores" and verdict.kinds["output_0"]["basis"].startswith("guessed")
 

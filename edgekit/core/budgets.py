@@ -11,7 +11,7 @@ from edgekit.core.options import key_values, number
 from edgekit.core.verify import HIGHER_IS_BETTER, METRICS
 
 BOUNDED = ("cosine", "cosine_min", "channel_cosine", "channel_cosine_min", "top1_agreement", "clear_top1_agreement",
-           "decision_agreement", "step_top1_agreement")
+           "decision_agreement", "step_top1_agreement", "sequence_agreement")
 
 
 @dataclass(frozen=True)
