@@ -34,7 +34,7 @@ class TorchToTflite(Converter):
         import litert_torch
 
         source = ctx.source
-        module = source.exported().module()  # one export, shared with the other torch edges
+        module = int32_arg_max(source.exported().module())  # one export, shared with the other torch edges
         args = source.example_args()
         if precision == "fp32":
             litert_torch.convert(module, args).export(str(out_path))
@@ -50,6 +50,7 @@ class TorchToTflite(Converter):
             spec = ctx.spec
             quantizer, quantized = pt2e_int8.quantized_graph(src, ctx, PT2EQuantizer(), get_symmetric_quantization_config,
                                                              "tflite", dynamic=dynamic, example_args=args)
+            quantized = int32_arg_max(quantized)
             with _strict_qdq(bool(spec.layers("float"))):
                 model = litert_torch.convert(quantized, args, quant_config=QuantConfig(pt2e_quantizer=quantizer))
             raw = ctx.work_dir / f"{out_path.stem}.pt2e.tflite"
@@ -66,6 +67,35 @@ class TorchToTflite(Converter):
 
         _, graph = pt2e_int8.quantized_graph(src, ctx, PT2EQuantizer(), get_symmetric_quantization_config, "tflite")
         return pt2e_statistics.outputs(graph, src, samples)
+
+
+def int32_arg_max(module):
+    """`module` (a GraphModule) with every arg-max/arg-min over an int64 tensor taking it as int32 first: TFLite's
+    ARG_MAX has no int64 input ("failed to legalize operation 'tfl.arg_max'"), and a position found by arg-max over
+    a mask or token ids (`(ids == eos).long().argmax(1)`) is that pattern. A copy when anything changes, so the
+    shared export stays as it is; the same module otherwise. An int64 value beyond int32's range would wrap."""
+    import copy
+
+    import torch
+
+    ops = (torch.ops.aten.argmax.default, torch.ops.aten.argmin.default)
+
+    def wide(node):
+        if node.op != "call_function" or node.target not in ops or not isinstance(node.args[0], torch.fx.Node):
+            return False
+        return getattr(node.args[0].meta.get("val"), "dtype", None) == torch.int64
+
+    if not any(wide(n) for n in module.graph.nodes):
+        return module
+    module = copy.deepcopy(module)
+    for node in [n for n in module.graph.nodes if wide(n)]:
+        with module.graph.inserting_before(node):
+            narrow = module.graph.call_function(torch.ops.aten._to_copy.default, (node.args[0],), {"dtype": torch.int32})
+        narrow.meta.update(node.args[0].meta)
+        narrow.meta["val"] = node.args[0].meta["val"].to(torch.int32)
+        node.replace_input_with(node.args[0], narrow)
+    module.recompile()
+    return module
 
 
 @contextmanager

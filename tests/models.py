@@ -279,6 +279,55 @@ class ConvSiluConv(nn.Module):
         return torch.relu(self.conv2(self.act(self.conv1(x))))
 
 
+class NormAfterActivation(nn.Module):
+    """CREPE's block on photo crops: conv → ReLU → BatchNorm → max-pool, three times, then a Linear. A batch norm
+    after its activation cannot be folded into the conv: XNNPACK runs it as a 1×1 depthwise conv, which
+    XNNPACKQuantizer leaves float — one float "conv" beside each int8 one, at a few hundredths of its work."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        widths = (3, 16, 32, 32)
+        self.convs = nn.ModuleList(nn.Conv2d(a, b, 3, padding=1) for a, b in zip(widths, widths[1:]))
+        self.norms = nn.ModuleList(nn.BatchNorm2d(b) for b in widths[1:])
+        for norm in self.norms:  # trained statistics, not the identity
+            norm.running_mean.uniform_(0.0, 0.5)
+            norm.running_var.uniform_(0.5, 2.0)
+            norm.weight.data.uniform_(0.5, 1.5)
+            norm.bias.data.uniform_(-0.2, 0.2)
+        self.head = nn.Linear(32 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for conv, norm in zip(self.convs, self.norms):
+            x = nn.functional.max_pool2d(norm(torch.relu(conv(x))), 2)
+        return self.head(x.flatten(1))
+
+
+def norm_after_activation() -> nn.Module:
+    return NormAfterActivation().eval()
+
+
+class EndPosition(nn.Module):
+    """A sequence model's pooling at its end token: embeddings of int64 ids, the state at the position an
+    arg-max over an int64 mask finds ((ids == 2).long().argmax(1), as g2p-en's reader or a text encoder's pooling
+    at its end token). TFLite's ARG_MAX has no int64 input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.emb = nn.Embedding(30, 16)
+        self.proj = nn.Linear(16, 8)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = torch.cumsum(self.emb(ids), 1)
+        end = (ids == 2).long().argmax(1)
+        return self.proj(torch.gather(x, 1, end[:, None, None].expand(-1, 1, x.shape[2]))[:, 0])
+
+
+def end_position() -> nn.Module:
+    return EndPosition().eval()
+
+
 def conv_silu_conv() -> nn.Module:
     return ConvSiluConv().eval()
 

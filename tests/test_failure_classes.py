@@ -196,6 +196,39 @@ def test_a_detectors_class_scores_keep_their_resolution(tmp_path, crops, target)
         assert modes.get("int16", 0) >= 2 and modes.get("qdq_float") == 1, modes  # stem convs; the score conv
 
 
+def test_a_batch_norm_after_its_activation_does_not_fail_the_int8_gate(tmp_path, crops):
+    """CREPE's int8 .pte failed as "did not really quantize" (46% of its conv ops int8) while its pitch was kept on
+    98% of frames: each batch norm after a ReLU ran as a float 1×1 depthwise conv, an op for every conv. The
+    default gate weighs the conv/matmul ops by their multiply-accumulates where the runtime's graph gives them; a
+    threshold on the op count the user sets still holds."""
+    args = ("convert", "tests.models:norm_after_activation", "--example-inputs", crops / "example.npz", "-t",
+            "executorch", "--int8", "--calib", crops / "calib.npz", "--eval", crops / "eval.npz", "--json")
+    [a] = _artifacts(run_cli(*args, "-o", tmp_path / "default")).values()
+    v = a["verification"]
+    ran = v["inspection"]["executed"]
+    assert ran["int8_heavy_op_share"] < 0.6 and ran["int8_mac_share"] > 0.95, ran  # 4 of 7 conv/matmul ops int8
+    assert "xnnpack:XNNDepthwiseConv2d ×3" in ran["float_ops"], ran["float_ops"]
+    assert v["status"] == "pass" and v["thresholds"]["int8_mac_share"] == 0.5, v.get("reasons")
+    asked = run_cli(*args, "-o", tmp_path / "asked", "--threshold", "int8_heavy_op_share=0.6")
+    assert asked.returncode == 1, asked.stderr[-2000:]
+    [a] = json.loads(asked.stdout)["artifacts"]
+    assert "only 57.1% of the convolution/matmul ops run in int8" in a["verification"]["reasons"][0], a["verification"]
+
+
+def test_an_arg_max_over_int64_converts_to_tflite(tmp_path):
+    """g2p-en's reader finds its end token by an arg-max over an int64 mask, which TFLite cannot take ("failed to
+    legalize operation 'tfl.arg_max'": exit 3); it is taken over int32."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(3, 30, (40, 1, 12)).astype(np.int64)
+    ids[np.arange(40), 0, rng.integers(2, 12, 40)] = 2  # an end token somewhere in each
+    np.savez(tmp_path / "example.npz", ids=ids[0])
+    np.savez(tmp_path / "eval.npz", ids=ids)
+    proc = run_cli("convert", "tests.models:end_position", "--example-inputs", tmp_path / "example.npz", "-t", "tflite",
+                   "--eval", tmp_path / "eval.npz", "-o", tmp_path / "out", "--json", "--no-cache")
+    [a] = _artifacts(proc).values()
+    assert a["verification"]["status"] == "pass" and a["verification"]["metrics"]["output_0"]["cosine"] > 0.9999
+
+
 def test_a_residual_add_reading_another_runs_int8_on_litert(tmp_path, crops):
     """litert-torch's quantizer finds adds by the torch function they came from, which a graph exported again
     (as edgekit quantizes a .pt2 or a module) no longer records: an add reading another add ran float in

@@ -218,15 +218,15 @@ def read_alike(ref: np.ndarray, out: np.ndarray) -> np.ndarray | None:
 # and one sample's cosine of a 4-value box offset near zero is noise, not drift.
 KINDS = {
     "scores": "class scores (logits or probabilities): top-1 agreement, of the clear decisions and of all",
-    "probabilities": "independent probabilities (sigmoid outputs: multi-label scores, per-bin activations such as "
-                     "a pitch tracker's): cosine per sample, quiet samples floored, and decisions at 0.5",
+    "probabilities": "independent probabilities (sigmoid outputs, as multi-label scores or a pitch tracker's per-bin "
+                     "activations): cosine per sample, quiet samples floored, and decisions at 0.5",
     "embedding": "an embedding vector: cosine per sample",
     "regression": "a few values per sample (boxes, landmarks): cosine and errors over all samples",
     "score": "one value per sample (a probability, a score): errors and SQNR; a cosine of one value is its sign",
     "map": "a map over positions (segmentation, a detection grid, features): cosine per channel",
     "sequence": "class scores per step or position (a CTC text recogniser, a decoder's tokens, token classes, a "
                 "channels-last map of per-position probabilities): the samples read alike (every clear step's "
-                "top-1 agrees; a map of positions: per position), cosine over the samples that do",
+                "top-1 agrees) and cosine over the samples that do; a map of positions, top-1 agreement per position",
 }
 _CHANNELS = {"channel_cosine", "channel_cosine_min"}
 _TOP1 = {"top1_agreement", "clear_top1_agreement"}
@@ -326,6 +326,7 @@ INSPECTION_METRICS = {
     "int8_weight_share": "of the weight bytes are stored as int8",
     "int8_compute_share": "of the compute ops run in int8",
     "int8_heavy_op_share": "of the convolution/matmul ops run in int8",
+    "int8_mac_share": "of the convolution/matmul multiply-accumulates run in int8",  # where the runtime's graph gives them
 }
 HIGHER_IS_BETTER.update({k: True for k in INSPECTION_METRICS})
 
@@ -352,9 +353,17 @@ def applicable_thresholds(thresholds: dict, asked: dict, inspection) -> dict:
     """`thresholds` as they apply to the artifact `inspection` read. One with int16 activations everywhere (a16w8:
     asked for, kept by a search, or built elsewhere; `Inspection.a16w8`) runs no int8 conv or matmul kernel by
     design: it is held to its int8 weights (int8_weight_share), not to int8 compute, unless the user's
-    thresholds (`asked`) set int8_heavy_op_share."""
+    thresholds (`asked`) set int8_heavy_op_share.
+
+    Where the runtime's graph gives the conv/matmul ops' multiply-accumulates (`int8_mac_share` in the executed
+    view), the default int8 compute gate weighs them by those: a batch norm after its activation (conv → relu →
+    bn, which no conv absorbs) runs in XNNPACK as a 1×1 depthwise conv, one op per conv at a few hundredths of its
+    work (CREPE's int8 .pte: 46% of its conv ops int8, 99.6% of their MACs). A threshold the user set is kept."""
     if inspection is not None and inspection.a16w8 and "int8_heavy_op_share" not in asked:
         return {k: v for k, v in thresholds.items() if k != "int8_heavy_op_share"}
+    ran = (inspection.executed or {}) if inspection is not None else {}
+    if "int8_heavy_op_share" in thresholds and "int8_heavy_op_share" not in asked and "int8_mac_share" in ran:
+        return {("int8_mac_share" if k == "int8_heavy_op_share" else k): v for k, v in thresholds.items()}
     return thresholds
 
 
@@ -479,10 +488,10 @@ def _inspection_reasons(inspection: Inspection, thresholds: dict[str, float]) ->
     # held to its file's shares, as one with int16 activations everywhere is held to its weights
     ran = {} if inspection.ops_by_mode.get("int16") else inspection.executed or {}
     for key, what in INSPECTION_METRICS.items():
-        share, floats, where = getattr(inspection, key), inspection.float_ops, ""
+        share, floats, where = getattr(inspection, key, None), inspection.float_ops, ""
         if key in ran:  # a compute share: what the runtime runs decides, not what the file spells
             share, floats, where = ran[key], ran["float_ops"], f" as {ran['runtime'].split(',')[0]} runs it"
-        if key in thresholds and share < thresholds[key]:
+        if key in thresholds and share is not None and share < thresholds[key]:
             left = ", ".join(floats[:6]) or "none listed"
             reasons.append(f"did not really quantize{where}: only {share * 100:.1f}% {what} "
                            f"({key} {share:.4g} < {thresholds[key]:g}); float ops left: {left}")

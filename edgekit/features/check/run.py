@@ -24,7 +24,7 @@ from edgekit.features.bench import bench
 from edgekit.features.check.case import Case
 from edgekit.features.check.config import ModelCheck
 from edgekit.core.quant import PASSES
-from edgekit.core.verify import HIGHER_IS_BETTER, Status
+from edgekit.core.verify import HIGHER_IS_BETTER, INSPECTION_METRICS, Status
 from edgekit.features.check.config import LATENCY_BUDGETS
 from edgekit.features.check.workers import pool
 
@@ -158,8 +158,7 @@ def _precision_index(m: ModelCheck, precision: str) -> int:
     return m.precisions.index(precision) if precision in m.precisions else 0
 
 
-_OUTPUT_METRICS = {k for k in HIGHER_IS_BETTER if k not in ("int8_weight_share", "int8_compute_share",
-                                                             "int8_heavy_op_share")}
+_OUTPUT_METRICS = {k for k in HIGHER_IS_BETTER if k not in INSPECTION_METRICS}
 
 
 def _whole_model_pass(asked: bool | None, seeded: bool, precision: str) -> bool | None:
