@@ -91,6 +91,23 @@ def test_import_spec_with_named_inputs_and_two_outputs():
     assert [o.shape for o in src.signature.outputs] == [(1, 4), (1, 4)]
 
 
+def test_named_input_shapes_are_taken_in_the_order_forward_takes_them(tmp_path):
+    """Silero VAD's scripted model takes (x, state): its shapes given state first did not fit it ("The following
+    operation failed in the TorchScript interpreter"). Named as forward's parameters, they are put in its order,
+    for a Python module and a TorchScript one alike."""
+    import torch
+
+    from tests.models import two_inputs
+
+    src = open_source("tests.models:two_inputs", SourceOptions(input_shapes=("extra=1,6", "image=1,3,8,8")))
+    assert src.signature.input_names == ("image", "extra")
+    torch.jit.script(two_inputs()).save(str(tmp_path / "two.pt"))
+    scripted = open_source(str(tmp_path / "two.pt"), SourceOptions(input_shapes=("extra=1,6", "image=1,3,8,8")))
+    assert scripted.signature.input_names == ("image", "extra")
+    with pytest.raises(BadInput, match="does not fit"):  # names that are not forward's: taken as given, in order
+        open_source("tests.models:two_inputs", SourceOptions(input_shapes=("b=1,6", "a=1,3,8,8")))
+
+
 def test_import_spec_needs_a_signature_and_a_fitting_one():
     with pytest.raises(BadInput, match="does not record its input shapes"):
         open_source("tests.models:tiny_mlp")

@@ -236,7 +236,7 @@ def _open_torch(fmt: str, location: str, options: SourceOptions) -> TorchSource:
                 f"{location} ({FORMATS[fmt].description}) does not record its input shapes",
                 fix="pass --input-shape NAME=1,3,224,224 (once per input) or --example-inputs x.npz",
             )
-        sig = Signature(declared)
+        sig = Signature(_in_forward_order(module, declared))
         _check_fits(module, sig, location)
 
     if hasattr(module, "eval") and fmt != "torch-export":
@@ -349,6 +349,24 @@ def _load_module(fmt: str, location: str, options: SourceOptions):
             raise BadInput(f"{location} does not fit {options.model_class}: {first_line(e)}") from None
         return model
     raise BadInput(f"{location} holds a {type(obj).__name__}, not a model or a state_dict")
+
+
+def _in_forward_order(module, declared: tuple[TensorSpec, ...]) -> tuple[TensorSpec, ...]:
+    """The declared inputs in the order `module.forward` takes them when every one is named by one of its
+    parameters (a TorchScript module's schema, a Python module's signature); as given otherwise. `--input-shape
+    state=2,1,128 --input-shape x=1,576` on a forward(x, state) is x first."""
+    import inspect
+
+    try:
+        schema = getattr(module.forward, "schema", None)
+        params = ([a.name for a in schema.arguments][1:] if schema is not None
+                  else list(inspect.signature(module.forward).parameters))
+    except (TypeError, ValueError, AttributeError):
+        return declared
+    names = [s.name for s in declared]
+    if len(set(names)) != len(names) or not set(names) <= set(params):
+        return declared
+    return tuple(sorted(declared, key=lambda s: params.index(s.name)))
 
 
 def _check_fits(module, sig: Signature, location: str) -> None:
