@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,8 +75,6 @@ def int32_arg_max(module):
     ARG_MAX has no int64 input ("failed to legalize operation 'tfl.arg_max'"), and a position found by arg-max over
     a mask or token ids (`(ids == eos).long().argmax(1)`) is that pattern. A copy when anything changes, so the
     shared export stays as it is; the same module otherwise. An int64 value beyond int32's range would wrap."""
-    import copy
-
     import torch
 
     ops = (torch.ops.aten.argmax.default, torch.ops.aten.argmin.default)

@@ -209,10 +209,14 @@ def test_a_batch_norm_after_its_activation_does_not_fail_the_int8_gate(tmp_path,
     assert ran["int8_heavy_op_share"] < 0.6 and ran["int8_mac_share"] > 0.95, ran  # 4 of 7 conv/matmul ops int8
     assert "xnnpack:XNNDepthwiseConv2d ×3" in ran["float_ops"], ran["float_ops"]
     assert v["status"] == "pass" and v["thresholds"]["int8_mac_share"] == 0.5, v.get("reasons")
-    asked = run_cli(*args, "-o", tmp_path / "asked", "--threshold", "int8_heavy_op_share=0.6")
-    assert asked.returncode == 1, asked.stderr[-2000:]
-    [a] = json.loads(asked.stdout)["artifacts"]
-    assert "only 57.1% of the convolution/matmul ops run in int8" in a["verification"]["reasons"][0], a["verification"]
+    from edgekit.core.inspection import Inspection
+    from edgekit.core.verify import THRESHOLDS, applicable_thresholds, compare
+
+    read, same = Inspection.from_json(v["inspection"]), [np.ones((4, 10), np.float32)]
+    asked = {"int8_heavy_op_share": 0.6}
+    thresholds = applicable_thresholds({**THRESHOLDS["int8"], **asked}, asked, read)
+    verdict = compare(same, same, thresholds, inspection=read)
+    assert verdict.status == "fail" and "only 57.1% of the convolution/matmul ops run in int8" in verdict.reasons[0]
 
 
 def test_an_arg_max_over_int64_converts_to_tflite(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import inspect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,8 +356,6 @@ def _in_forward_order(module, declared: tuple[TensorSpec, ...]) -> tuple[TensorS
     """The declared inputs in the order `module.forward` takes them when every one is named by one of its
     parameters (a TorchScript module's schema, a Python module's signature); as given otherwise. `--input-shape
     state=2,1,128 --input-shape x=1,576` on a forward(x, state) is x first."""
-    import inspect
-
     try:
         schema = getattr(module.forward, "schema", None)
         params = ([a.name for a in schema.arguments][1:] if schema is not None
