@@ -53,7 +53,7 @@ def test_compare_passes_within_thresholds_and_reports_accuracy():
     assert verdict.task_accuracy == {"reference": 0.9, "artifact": 0.9}
     # class scores have no positions: no per-channel metric
     assert set(verdict.metrics["output_0"]) == set(METRICS) - {"channel_cosine", "channel_cosine_min", "step_top1_agreement",
-                                                                  "sequence_agreement",
+                                                                  "sequence_agreement", "probability_max_abs",
                                                                   "decision_agreement"}
     assert verdict.kinds["output_0"]["kind"] == "scores" and verdict.kinds["output_0"]["basis"].startswith("guessed")
 
@@ -173,3 +173,20 @@ def test_each_output_is_judged_by_the_metrics_that_fit_its_kind():
     with pytest.raises(BadInput, match="--output-kind"):
         parse_output_kinds(["output_0=boxes"])
     assert parse_output_kinds(["1=regression", "output_0=scores"]) == {"output_1": "regression", "output_0": "scores"}
+
+
+def test_a_probability_per_sample_is_held_to_how_far_it_moves():
+    """A voice-activity model's speech probability (one value per sample) had no int8 gate: no cosine fits one
+    value, so Silero VAD's int8 .onnx passed with the probability 0.20 off on one chunk. It is held to
+    probability_max_abs ≤ 0.05 at int8: a move that shifts only the decisions already that near the threshold."""
+    rng = np.random.default_rng(7)
+    speech = rng.random((64, 1, 1))
+    good = np.clip(speech + rng.normal(0, 0.005, speech.shape), 0, 1)
+    moved = good.copy()
+    moved[9] = np.clip(moved[9] + 0.2, 0, 1) if moved[9] < 0.8 else moved[9] - 0.2
+    assert compare([speech], [good], THRESHOLDS["int8"]).status == "pass"
+    verdict = compare([speech], [moved], THRESHOLDS["int8"])
+    assert verdict.kinds["output_0"]["kind"] == "score" and verdict.status == "fail"
+    assert verdict.reasons[0].startswith("output_0 probability_max_abs 0.19") and "> 0.05" in verdict.reasons[0]
+    logits = rng.normal(0, 3, (64, 1))  # a score that is no probability: not judged so
+    assert "probability_max_abs" not in compare([logits], [logits + 0.3], THRESHOLDS["int8"]).metrics["output_0"]

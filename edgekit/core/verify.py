@@ -188,6 +188,17 @@ def step_top1_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
     return float(np.mean(np.argmax(r, axis=1) == np.argmax(o, axis=1)))
 
 
+@metric("probability_max_abs", higher_is_better=False)
+def probability_max_abs(ref: np.ndarray, out: np.ndarray) -> float | None:
+    """The largest |Δ| of an output of probabilities (every source value in [0, 1]): a speech or detection
+    probability read against a threshold, where a shift of this much moves only the decisions already within it
+    of the threshold. None for other outputs."""
+    r, o = _f64(ref), _f64(out)
+    if r.min() < -1e-6 or r.max() > 1 + 1e-6:
+        return None
+    return float(np.max(np.abs(r - o)))
+
+
 @metric("sequence_agreement", higher_is_better=True)
 def sequence_agreement(ref: np.ndarray, out: np.ndarray) -> float | None:
     """Share of the samples of a sequence of class scores (each [steps, classes], size-1 axes aside) whose reading is the
@@ -222,7 +233,8 @@ KINDS = {
                      "activations): cosine per sample, quiet samples floored, and decisions at 0.5",
     "embedding": "an embedding vector: cosine per sample",
     "regression": "a few values per sample (boxes, landmarks): cosine and errors over all samples",
-    "score": "one value per sample (a probability, a score): errors and SQNR; a cosine of one value is its sign",
+    "score": "one value per sample (a probability, a score): errors and SQNR, a probability's largest move; a "
+             "cosine of one value is its sign",
     "map": "a map over positions (segmentation, a detection grid, features): cosine per channel",
     "sequence": "class scores per step or position (a CTC text recogniser, a decoder's tokens, token classes, a "
                 "channels-last map of per-position probabilities): the samples read alike (every clear step's "
@@ -231,13 +243,16 @@ KINDS = {
 _CHANNELS = {"channel_cosine", "channel_cosine_min"}
 _TOP1 = {"top1_agreement", "clear_top1_agreement"}
 _STEPS = {"step_top1_agreement", "sequence_agreement"}
+# One probability per sample (a speech probability) is judged by how far it moves; an output of many is judged by
+# its cosines and decisions, where one value's largest move is noise.
+_ONE = {"probability_max_abs"}
 NOT_FITTING = {
-    "scores": _CHANNELS | _STEPS | {"decision_agreement"},
-    "probabilities": _CHANNELS | _STEPS | {"clear_top1_agreement"},
-    "embedding": _TOP1 | _CHANNELS | _STEPS | {"decision_agreement"},
-    "regression": _TOP1 | _CHANNELS | _STEPS | {"cosine_min", "decision_agreement"},
-    "map": _TOP1 | _STEPS,
-    "sequence": _TOP1 | _CHANNELS | {"decision_agreement"},
+    "scores": _CHANNELS | _STEPS | _ONE | {"decision_agreement"},
+    "probabilities": _CHANNELS | _STEPS | _ONE | {"clear_top1_agreement"},
+    "embedding": _TOP1 | _CHANNELS | _STEPS | _ONE | {"decision_agreement"},
+    "regression": _TOP1 | _CHANNELS | _STEPS | _ONE | {"cosine_min", "decision_agreement"},
+    "map": _TOP1 | _STEPS | _ONE,
+    "sequence": _TOP1 | _CHANNELS | _ONE | {"decision_agreement"},
     "score": _TOP1 | _CHANNELS | _STEPS | {"cosine", "cosine_min"},
 }
 MANY_CLASSES = 10  # a vector of this many values or more that is neither probabilities nor unit-norm: logits
@@ -340,9 +355,10 @@ THRESHOLDS: dict[str, dict[str, float]] = {
     "fp32": {"cosine": 0.9999, "cosine_min": 0.999, "channel_cosine": 0.999},
     "fp16": {"cosine": 0.999, "cosine_min": 0.99, "channel_cosine": 0.99},
     "int8": {"cosine": 0.99, "cosine_min": 0.95, "channel_cosine": 0.5, "clear_top1_agreement": 0.95,
-             "sequence_agreement": 0.95, "int8_weight_share": 0.5, "int8_heavy_op_share": 0.5},
+             "sequence_agreement": 0.95, "probability_max_abs": 0.05, "int8_weight_share": 0.5,
+             "int8_heavy_op_share": 0.5},
     "int8-dynamic": {"cosine": 0.99, "cosine_min": 0.95, "channel_cosine": 0.5, "clear_top1_agreement": 0.95,
-                     "sequence_agreement": 0.95, "int8_weight_share": 0.5},
+                     "sequence_agreement": 0.95, "probability_max_abs": 0.05, "int8_weight_share": 0.5},
     "int8-weights": {"token_agreement": 0.98, "perplexity_ratio": 1.02},
     "int4-weights": {"token_agreement": 0.90, "perplexity_ratio": 1.10},
 }
