@@ -90,7 +90,9 @@ Columns
                  would call the int8 artifact good for the task (a maximum for max_abs, else a minimum)
   verdict vs task  edgekit rows: agree when the verdict says what the task says (pass and the task meets its bar, or
                  fail and it misses it), false fail (verdict fail, task meets the bar), false pass (verdict pass, task
-                 misses the bar); "-" when there is no verdict or no task value. Counted in a line under the table.
+                 misses the bar), not int8 (verdict fail only on the artifact's int8 shares, "did not really quantize",
+                 while float layers keep the task); "-" when there is no verdict or no task value. Counted in a line
+                 under the table.
   w-int8         share of the artifact's weight bytes stored as int8 (edgekit's inspection)
   int8/fp32      int8 artifact bytes over edgekit's fp32 artifact bytes for the same target
   conv s         conversion seconds: edgekit's own report (fp32 export included for an onnx/ort target from
@@ -521,14 +523,21 @@ def wild2_task(m, artifact: str) -> tuple[float, str] | None:
     return wild2.task_metric(m, ref, got)
 
 
-def vs_task(verdict: str | None, task: float | None, bar: float | None, metric: str) -> str | None:
-    """agree / false fail / false pass of edgekit's verdict against the task metric and its bar; None when either
-    is missing."""
+NOT_INT8 = "did not really quantize"  # the start of the verdict's reasons about the artifact's int8 shares
+
+
+def vs_task(verdict: str | None, task: float | None, bar: float | None, metric: str,
+            reasons: list | None = None) -> str | None:
+    """agree / false fail / false pass of edgekit's verdict against the task metric and its bar; "not int8" for a
+    verdict that fails only on the artifact's int8 shares while the task meets its bar (float layers kept the
+    task: the verdict fails the int8 promise, not the accuracy); None when either is missing."""
     if verdict not in ("pass", "fail") or task is None or bar is None or task != task:  # NaN: not judged
         return None
     meets = task <= bar if metric in zoo.LOWER_IS_BETTER else task >= bar
     if (verdict == "pass") == meets:
         return "agree"
+    if meets and reasons and all(str(r).startswith(NOT_INT8) for r in reasons):
+        return "not int8"
     return "false fail" if meets else "false pass"
 
 
@@ -612,7 +621,7 @@ def summarize(m, target: str, side: str, row: dict, fp32: dict | None, fp32_byte
                                                 + (f" (edgekit's step_top1_agreement {step:.4f})" if step is not None
                                                    else "")]))
     r["task_bar"] = m.task_bar
-    r["vs_task"] = vs_task(r["verdict"], r["task"], m.task_bar, m.metric) if side == "edgekit" else None
+    r["vs_task"] = vs_task(r["verdict"], r["task"], m.task_bar, m.metric, r.get("reasons")) if side == "edgekit" else None
     return r
 
 
@@ -665,12 +674,13 @@ def markdown(rows: list[dict], header: str) -> str:
 def vs_task_summary(rows: list[dict]) -> str:
     """The line under the table: how often edgekit's int8 verdict agrees with the task metric and its bar."""
     ours = [r for r in rows if r["side"] == "edgekit"]
-    count = {k: sum(r.get("vs_task") == k for r in ours) for k in ("agree", "false fail", "false pass")}
+    count = {k: sum(r.get("vs_task") == k for r in ours) for k in ("agree", "false fail", "false pass", "not int8")}
     unjudged = len(ours) - sum(count.values())
     named = lambda k: ", ".join(f"{r['model']} → {r['target']}" for r in ours if r.get("vs_task") == k)  # noqa: E731
     text = (f"Verdict vs task (edgekit int8 rows): {count['agree']} agree, {count['false fail']} false fail, "
-            f"{count['false pass']} false pass, {unjudged} not judged (no artifact, no verdict or no task value).")
-    for k in ("false fail", "false pass"):
+            f"{count['false pass']} false pass, {count['not int8']} not int8 (failed only on its int8 shares, the task "
+            f"kept by float layers), {unjudged} not judged (no artifact, no verdict or no task value).")
+    for k in ("false fail", "false pass", "not int8"):
         if count[k]:
             text += f" {k.capitalize()}: {named(k)}."
     return text
