@@ -24,7 +24,9 @@ folders. A mutant passes when:
 
 - the exit code is 0, 1, 2 or 3 (4 only when a module it names is really missing);
 - no Python traceback is printed;
-- the worker neither crashes (native crash, abort) nor hangs past the timeout;
+- the worker neither crashes (native crash, abort) nor hangs past the timeout (a crash in a worker that ran
+  other mutants before is run again in a fresh worker, as a user runs each command in a process of its own:
+  it is a finding when it crashes there too, and said in the mutant's output either way);
 - no file appears outside the mutant's --out folder (cwd, TMPDIR, the inputs and the seeds are
   watched);
 - no payload ran (the canary file does not exist).
@@ -1087,6 +1089,16 @@ class Fuzz:
         return sorted(self.outcomes, key=lambda o: order[o.mutant.id])
 
     def _one(self, w: Worker, m: Mutant) -> Outcome:
+        before = w.jobs_done if w.proc is not None and w.proc.poll() is None else 0
+        o = self._attempt(w, m)
+        if before and isinstance(o.exit, str) and o.exit.startswith("crash"):
+            again = self._attempt(w, m)  # the worker died with the crash: this runs in a fresh one
+            again.output = (f"{o.exit} in a worker that had run {before} other mutants first; in a fresh "
+                            f"worker: {again.exit}\n{again.output}").strip()
+            return again
+        return o
+
+    def _attempt(self, w: Worker, m: Mutant) -> Outcome:
         d = w.dir / re.sub(r"[^\w.-]", "_", m.id)
         shutil.rmtree(d, ignore_errors=True)
         inputs, cwd, tmp, escape = d / "in", d / "cwd", d / "tmp", d / "escape"
