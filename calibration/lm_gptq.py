@@ -60,8 +60,6 @@ def _first_layer_inputs(module, windows) -> tuple[list, list]:
     cache)."""
     import torch
 
-    from edgekit.sources.lm_decoder import example_inputs  # local: the module defines torch modules
-
     xs, args = [], []
 
     def record(_mod, inputs):
@@ -74,7 +72,7 @@ def _first_layer_inputs(module, windows) -> tuple[list, list]:
         for window in windows:
             tokens = torch.as_tensor(window, dtype=torch.int64)[None]
             try:
-                module(tokens, torch.arange(tokens.shape[1]), *example_inputs(module.cfg, module.max_seq_len, 1)[2:])
+                module(tokens, torch.arange(tokens.shape[1]), *module.cfg.empty_caches(module.max_seq_len))
             except _Stop:
                 pass
     finally:

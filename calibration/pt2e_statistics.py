@@ -24,7 +24,7 @@ import numpy as np
 from edgekit.calibration import bias_correction, pt2e
 from edgekit.calibration.data import SampleSet
 from edgekit.core.artifact import ModelArtifact
-from edgekit.sources.loading import TorchSource
+from edgekit.core.source import TorchSource
 
 
 @dataclass

@@ -15,7 +15,7 @@ from edgekit.calibration.data import SampleSet, load_samples, random_samples, va
 from edgekit.core.errors import BadInput, reading
 from edgekit.core.formats import IMPORT_SPEC
 from edgekit.core.signature import Signature
-from edgekit.sources.loading import call_user, import_spec
+from edgekit.core.user_code import call_user, import_spec
 
 MIN_SAMPLES = 10
 RANDOM_DEFAULT = 100

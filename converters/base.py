@@ -14,13 +14,13 @@ from edgekit.core.artifact import CARRIED, ModelArtifact
 from edgekit.core.deps import EXTRAS, missing_modules, versions
 from edgekit.core.errors import ConversionFailed, EdgekitError, MissingDependency, environment_error, first_line
 from edgekit.core.formats import FORMATS, detect
-from edgekit.core.quant import Capabilities, QuantSpec
+from edgekit.core.quant import Capabilities, Precision, QuantSpec
 
 if TYPE_CHECKING:  # the frameworks' types stay off the CLI's import path
     import numpy as np
 
     from edgekit.calibration.data import SampleSet
-    from edgekit.sources.loading import Source
+    from edgekit.core.source import Source
 
 # Built-in converters, imported only when the graph is built. Converter modules import their
 # framework inside convert(), so loading a class costs nothing heavy.
@@ -109,7 +109,7 @@ class Converter:
     @classmethod
     def accepts(cls, in_precision: str, out_precision: str) -> bool:
         """Whether this edge turns a model at `in_precision` into one at `out_precision`."""
-        return in_precision == "fp32" and out_precision in cls.precisions
+        return in_precision == Precision.FP32 and out_precision in cls.precisions
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         """Write `src` at `precision` to `out_path` (scratch files in ctx.work_dir) and return it. Call the

@@ -13,7 +13,7 @@ from __future__ import annotations
 from edgekit.calibration.lm_gptq import gptq_decoder
 from edgekit.converters.lm_grids import grid
 from edgekit.core.errors import BadInput
-from edgekit.core.quant import unknown_layers
+from edgekit.core.quant import Fallback, Precision, unknown_layers
 
 ENTRY_POINTS = ("prefill", "decode")
 
@@ -27,7 +27,7 @@ def kept(spec, module) -> tuple[str, ...]:
     """The module names `--keep` holds at float (a name keeps every linear and embedding under it);
     BadInput naming the model's top-level parts for a name it does not have."""
     names = tuple(o.layer for o in spec.overrides)
-    if any(o.precision != "float" for o in spec.overrides):
+    if any(o.precision != Fallback.FLOAT for o in spec.overrides):
         raise BadInput("a decoder LM keeps weights only at float", fix="write --keep NAME (e.g. --keep lm_head)")
     known = {n for n, _ in module.named_modules() if n}
     missing = [n for n in names if n not in known]
@@ -75,9 +75,9 @@ def data_aware(module, ctx, fmt: str, precision: str, group: int | None, keep: t
     table, once; the head is then left as the table (rounding it apart would store a second table).
     The LM head is int8 in every format at both precisions: its grid is int8, per channel or in groups of
     `head_group` input columns."""
-    if precision == "fp32" or ctx.lm_tokens is None:
+    if precision == Precision.FP32 or ctx.lm_tokens is None:
         return "round to nearest"
-    bits = 4 if precision == "int4-weights" else 8
+    bits = 4 if precision == Precision.INT4_WEIGHTS else 8
     tied = shared_head and ctx.source.config.tied
 
     def grid_of(name, w):

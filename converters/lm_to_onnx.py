@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
-from edgekit.core.quant import LM_PRECISIONS
+from edgekit.core.quant import LM_PRECISIONS, Precision
 from edgekit.core.formats import onnx_files
 from edgekit.converters import lm_common
 from edgekit.converters.base import ConvertContext, Converter
@@ -36,7 +36,7 @@ class LmToOnnx(Converter):
     name = "lm_to_onnx"
     source = "lm"
     target = "onnx"
-    precisions = ("fp32", *LM_PRECISIONS)
+    precisions = (Precision.FP32, *LM_PRECISIONS)
     extra = "onnx"
     cost = 1.0
     tools = ("torch", "onnx", "onnxscript", "onnxruntime")
@@ -47,8 +47,8 @@ class LmToOnnx(Converter):
 
         source, spec = ctx.source, ctx.spec
         module = source.decoder(norm="divide")  # ONNX Runtime fuses each norm into one op
-        group = spec.group_size if precision == "int4-weights" else None
-        keep = lm_common.kept(spec, module) if precision != "fp32" else ()
+        group = spec.group_size if precision == Precision.INT4_WEIGHTS else None
+        keep = lm_common.kept(spec, module) if precision != Precision.FP32 else ()
         shared = source.config.tied and not lm_common.keeps_tied_table(source.config, keep)  # one table for both
         block = group or INT8_BLOCK  # the linears'
         rounding = lm_common.data_aware(module, ctx, "onnx", precision, block, keep, shared_head=shared,
@@ -59,12 +59,12 @@ class LmToOnnx(Converter):
         torch.onnx.export(module, source.example_inputs(source.prefill_len), str(fp32_path), dynamo=True,
                           input_names=names, output_names=[t.name for t in src.signature.outputs],
                           dynamic_shapes=({1: tokens}, {0: tokens}, None, None), external_data=False, verbose=False)
-        _write(fp32_path, out_path, 4 if group else 8 if precision != "fp32" else None, block, keep, shared)
+        _write(fp32_path, out_path, 4 if group else 8 if precision != Precision.FP32 else None, block, keep, shared)
         weights = lm_common.weights_text(precision, group, int8=f"int8 in blocks of {INT8_BLOCK}")
-        activations = "float32" if precision == "fp32" else "float32, quantized to int8 inside MatMulNBits (accuracy level 4)"
-        embedding = ("float32" if precision == "fp32" or lm_common.is_kept("model.embed_tokens", keep)
+        activations = "float32" if precision == Precision.FP32 else "float32, quantized to int8 inside MatMulNBits (accuracy level 4)"
+        embedding = ("float32" if precision == Precision.FP32 or lm_common.is_kept("model.embed_tokens", keep)
                      else f"int8 in blocks of {INT8_BLOCK}, the LM head's" if shared else "int8 per row")
-        head = "float32" if precision == "fp32" or lm_common.is_kept("lm_head", keep) else f"int8 in blocks of {INT8_BLOCK}"
+        head = "float32" if precision == Precision.FP32 or lm_common.is_kept("lm_head", keep) else f"int8 in blocks of {INT8_BLOCK}"
         lm = lm_common.record(source, precision, weights=weights, activations=activations, embedding=embedding,
                               head=head, keep=keep, group_size=group, rounding=rounding)
         return ModelArtifact("onnx", str(out_path), src.signature, precision, files=onnx_files(out_path),

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
-from edgekit.core.quant import LM_PRECISIONS
+from edgekit.core.quant import LM_PRECISIONS, Precision
 from edgekit.converters import lm_common
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.converters.torch_to_pte import lower
@@ -31,7 +31,7 @@ class LmToPte(Converter):
     name = "lm_to_pte"
     source = "lm"
     target = "pte"
-    precisions = ("fp32", *LM_PRECISIONS)
+    precisions = (Precision.FP32, *LM_PRECISIONS)
     extra = "executorch"
     cost = 1.0
     tools = ("torch", "executorch", "torchao")
@@ -43,9 +43,9 @@ class LmToPte(Converter):
         source, spec = ctx.source, ctx.spec
         module = source.decoder()
         keep = lm_common.kept(spec, module)
-        group = spec.group_size if precision == "int4-weights" else None
+        group = spec.group_size if precision == Precision.INT4_WEIGHTS else None
         rounding = lm_common.data_aware(module, ctx, "pte", precision, group, keep)
-        if precision != "fp32":
+        if precision != Precision.FP32:
             _quantize(module, precision, group, keep)
             if not lm_common.is_kept("model.embed_tokens", keep):
                 module.model.embed_tokens = _int8_embedding(module.model.embed_tokens)
@@ -53,10 +53,10 @@ class LmToPte(Converter):
         lowered, left_out = lower(programs)
         out_path.write_bytes(lowered.to_executorch().buffer)
         weights = lm_common.weights_text(precision, group)
-        activations = ("int8, quantized per token at run time (XNNPACK's kernel)" if precision == "int4-weights"
+        activations = ("int8, quantized per token at run time (XNNPACK's kernel)" if precision == Precision.INT4_WEIGHTS
                        else "float32")
-        embedding = "int8 per row (embedding_byte)" if precision != "fp32" and not lm_common.is_kept("model.embed_tokens", keep) else "float32"
-        head = "float32" if precision == "fp32" or lm_common.is_kept("lm_head", keep) else "int8 per channel (weight-only)"
+        embedding = "int8 per row (embedding_byte)" if precision != Precision.FP32 and not lm_common.is_kept("model.embed_tokens", keep) else "float32"
+        head = "float32" if precision == Precision.FP32 or lm_common.is_kept("lm_head", keep) else "int8 per channel (weight-only)"
         lm = lm_common.record(source, precision, weights=weights, activations=activations, embedding=embedding,
                               head=head, keep=keep, group_size=group, rounding=rounding)
         return ModelArtifact("pte", str(out_path), src.signature, precision,
@@ -72,10 +72,10 @@ def _quantize(module, precision: str, group: int | None, keep: tuple[str, ...]) 
         return isinstance(m, torch.nn.Linear) and not lm_common.is_kept(fqn, keep)
 
     for fqn, linear in [(n, m) for n, m in module.named_modules() if chosen(m, n)]:
-        if precision == "int8-weights" or fqn == "lm_head":  # the head int8 at int4 too: it writes the logits
+        if precision == Precision.INT8_WEIGHTS or fqn == "lm_head":  # the head int8 at int4 too: it writes the logits
             parent, _, name = fqn.rpartition(".")
             setattr(module.get_submodule(parent), name, _int8_weight_only(linear))
-    if precision == "int4-weights":  # what is still an nn.Linear
+    if precision == Precision.INT4_WEIGHTS:  # what is still an nn.Linear
         config = Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4, weight_granularity=PerGroup(group))
         quantize_(module, config, filter_fn=chosen)
 

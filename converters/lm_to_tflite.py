@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
-from edgekit.core.quant import LM_PRECISIONS
+from edgekit.core.quant import LM_PRECISIONS, Precision
 from edgekit.converters import lm_common
 from edgekit.converters.base import ConvertContext, Converter
 
@@ -33,7 +33,7 @@ class LmToTflite(Converter):
     name = "lm_to_tflite"
     source = "lm"
     target = "tflite"
-    precisions = ("fp32", *LM_PRECISIONS)
+    precisions = (Precision.FP32, *LM_PRECISIONS)
     extra = "tflite"
     cost = 1.0
     tools = ("torch", "litert_torch", "ai_edge_quantizer")
@@ -44,18 +44,18 @@ class LmToTflite(Converter):
 
         source, spec = ctx.source, ctx.spec
         module = source.decoder()
-        group = spec.group_size if precision == "int4-weights" else None
-        keep = lm_common.kept(spec, module) if precision != "fp32" else ()
+        group = spec.group_size if precision == Precision.INT4_WEIGHTS else None
+        keep = lm_common.kept(spec, module) if precision != Precision.FP32 else ()
         if lm_common.keeps_tied_table(source.config, keep):  # the file stores the two as one table: both kept
             keep += tuple(n for n in lm_common.TIED if not lm_common.is_kept(n, keep))
         rounding = lm_common.data_aware(module, ctx, "tflite", precision, group, keep, shared_head=True)
         converter = None
         for name, args in lm_common.entry_points(source).items():
             converter = (converter or litert_torch).signature(name, module, args)
-        float_path = out_path if precision == "fp32" else ctx.work_dir / "decoder.float.tflite"
+        float_path = out_path if precision == Precision.FP32 else ctx.work_dir / "decoder.float.tflite"
         converter.convert().export(str(float_path))
-        if precision != "fp32":
-            int8 = () if precision == "int8-weights" else tuple(n for n in INT8_AT_INT4 if not lm_common.is_kept(n, keep))
+        if precision != Precision.FP32:
+            int8 = () if precision == Precision.INT8_WEIGHTS else tuple(n for n in INT8_AT_INT4 if not lm_common.is_kept(n, keep))
             out_path.write_bytes(_quantized(float_path.read_bytes(), precision, group, _scopes(module, keep),
                                             _scopes(module, int8)))
         weights = lm_common.weights_text(precision, group, int4="blocks")
@@ -63,9 +63,9 @@ class LmToTflite(Converter):
                        "int4-weights": "float32, quantized per batch row inside LiteRT's dynamic-range kernels"}[precision]
 
         def made(name):  # what the recipe made of the embedding or the head
-            if precision == "fp32" or lm_common.is_kept(name, keep):
+            if precision == Precision.FP32 or lm_common.is_kept(name, keep):
                 return "float32"
-            return "int8 per channel" + (" (dynamic range)" if precision == "int4-weights" else "")
+            return "int8 per channel" + (" (dynamic range)" if precision == Precision.INT4_WEIGHTS else "")
 
         lm = lm_common.record(source, precision, weights=weights, activations=activations,
                               embedding=made("model.embed_tokens"), head=made("lm_head"), keep=keep,
@@ -120,7 +120,7 @@ def _recipe(precision: str, group: int | None, dynamic: bool = False):
     dynamic-range when `dynamic`) or dynamic-range int4 in blocks of `group`."""
     from litert_torch.generative.quantize import quant_attrs, quant_recipe, quant_recipe_utils
 
-    if precision == "int8-weights":
+    if precision == Precision.INT8_WEIGHTS:
         make = quant_recipe_utils.create_layer_quant_dynamic if dynamic else quant_recipe_utils.create_layer_quant_weight_only
         layer = make(quant_attrs.Dtype.INT8, quant_attrs.Granularity.CHANNELWISE)
     else:

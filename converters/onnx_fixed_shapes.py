@@ -11,6 +11,7 @@ from pathlib import Path
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.converters.onnx_quantize import fixed_shapes
 from edgekit.core.artifact import ModelArtifact
+from edgekit.core.quant import Precision
 
 
 class OnnxFixedShapes(Converter):
@@ -19,7 +20,7 @@ class OnnxFixedShapes(Converter):
     name = "onnx_fixed_shapes"
     source = "onnx"
     target = "onnx"
-    precisions = ("fp32",)
+    precisions = (Precision.FP32,)
     extra = "onnx"
     requires = ("onnx", "onnxruntime")
     cost = 1.0

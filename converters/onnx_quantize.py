@@ -40,7 +40,7 @@ from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.core.drift import keras_layer
 from edgekit.core.formats import onnx_dims, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
-from edgekit.core.quant import Capabilities, unknown_layers
+from edgekit.core.quant import Capabilities, Precision, unknown_layers
 from edgekit.targets.onnx.layers import layer_name
 
 
@@ -54,7 +54,7 @@ class OnnxQuantize(Converter):
     name = "onnx_quantize"
     source = "onnx"
     target = "onnx"
-    precisions = ("fp16", "int8", "int8-dynamic")
+    precisions = (Precision.FP16, Precision.INT8, Precision.INT8_DYNAMIC)
     capabilities = Capabilities(
         methods=("minmax", "percentile", "entropy", "mean-minmax"),
         default_methods=("minmax", "mean-minmax"),  # mean-minmax where it drifts clearly less (the README's zoo)
@@ -78,7 +78,7 @@ class OnnxQuantize(Converter):
         import onnx
 
         files = [str(out_path)]
-        if precision == "fp16":
+        if precision == Precision.FP16:
             from onnxruntime.transformers.float16 import convert_float_to_float16
 
             model = convert_float_to_float16(onnx.load(src.path), keep_io_types=True)
@@ -88,7 +88,7 @@ class OnnxQuantize(Converter):
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
         prepared, upgrade = self._prepared(src, ctx.work_dir / f"{out_path.stem}.pre.onnx", precision, ctx)
-        if precision == "int8-dynamic":  # activations are uint8 at run time: only the weights' type is chosen
+        if precision == Precision.INT8_DYNAMIC:  # activations are uint8 at run time: only the weights' type is chosen
             unsigned = int8_products_saturate()
             quantize_dynamic(str(prepared), str(out_path), per_channel=True,
                              weight_type=QuantType.QUInt8 if unsigned else QuantType.QInt8)
@@ -108,7 +108,7 @@ class OnnxQuantize(Converter):
         """The source with its shapes fixed to the signature, at the opset per-channel weights need, through
         onnxruntime's pre-processing, at `prepared`, and the opset upgrade made (None when none was). A copy of
         what another conversion of the run made, when the run shares its work (ctx.reuse)."""
-        per_channel = ctx.spec.granularity == "per_channel" or precision == "int8-dynamic"  # dynamic is per channel too
+        per_channel = ctx.spec.granularity == "per_channel" or precision == Precision.INT8_DYNAMIC  # dynamic is per channel too
         kept, key = ctx.reuse.kept if ctx.reuse else {}, ("prepared", per_channel)
         if key in kept:
             shutil.copyfile(kept[key][0], prepared)

@@ -50,6 +50,7 @@ from edgekit.core import io_params
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import ConversionFailed
 from edgekit.core.formats import ORT_CONFIG_SUFFIX, ORT_PLATFORM_KEY, ORT_PLATFORMS, onnx_files
+from edgekit.core.quant import Precision
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.targets.ort.inspect import _fbs
 
@@ -69,7 +70,7 @@ class OnnxToOrt(Converter):
     source = "onnx"
     target = "ort"
     # int4-weights: a decoder LM's 4-bit MatMulNBits weights are packed bytes; its embedding table is int8
-    precisions = ("fp32", "fp16", "int8", "int8-dynamic", "int8-weights", "int4-weights")
+    precisions = (Precision.FP32, Precision.FP16, Precision.INT8, Precision.INT8_DYNAMIC, Precision.INT8_WEIGHTS, Precision.INT4_WEIGHTS)
     extra = "onnx"
     requires = ("onnx", "onnxruntime")  # no torch: ONNX models from TensorFlow take this edge too
     cost = 1.0
@@ -83,7 +84,7 @@ class OnnxToOrt(Converter):
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
         """The .ort (Fixed style, for ARM, byte-reproducible where the table can be rebuilt), its
         required-operators config and any integer-I/O sidecar; the mobile-package verdict goes in the meta."""
-        level = "layout" if precision == "fp16" else "all"
+        level = "layout" if precision == Precision.FP16 else "all"
         work = ctx.work_dir / f"{out_path.stem}.ort-tool"
         model = _tool_input(src, work / "in", ctx.ort_platform)
         ort_file, config = _convert(model, work / "out", level, ORT_PLATFORMS[ctx.ort_platform])

@@ -21,6 +21,7 @@ OPSET = 17
 _V1_SCRIPT = """
 import json, sys
 from edgekit.core.process import die_with_parent
+from edgekit.core.quant import Precision
 die_with_parent()
 import tensorflow as tf
 from tf2onnx import convert, tf_loader
@@ -43,7 +44,7 @@ class TfToOnnx(Converter):
     name = "tf_to_onnx"
     source = "tf"
     target = "onnx"
-    precisions = ("fp32",)
+    precisions = (Precision.FP32,)
     extra = "tf"
     requires = ("tensorflow", "tf2onnx", "onnx")
     cost = 1.0

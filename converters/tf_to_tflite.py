@@ -10,7 +10,7 @@ from edgekit.calibration import tflite_bias_correction
 from edgekit.core.artifact import ModelArtifact
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.core.drift import keras_layer
-from edgekit.core.quant import Capabilities, unknown_layers
+from edgekit.core.quant import Capabilities, Precision, unknown_layers
 
 
 class TfToTflite(Converter):
@@ -20,7 +20,7 @@ class TfToTflite(Converter):
     name = "tf_to_tflite"
     source = "tf"
     target = "tflite"
-    precisions = ("fp32", "fp16", "int8", "int8-dynamic")
+    precisions = (Precision.FP32, Precision.FP16, Precision.INT8, Precision.INT8_DYNAMIC)
     capabilities = Capabilities(
         methods=("minmax",),  # the converter's calibrator records min/max per tensor; no other choice
         int8_io=True,
@@ -40,12 +40,12 @@ class TfToTflite(Converter):
         import tensorflow as tf
 
         converter = _converter(ctx)
-        if precision == "fp16":
+        if precision == Precision.FP16:
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             converter.target_spec.supported_types = [tf.float16]
-        elif precision == "int8-dynamic":
+        elif precision == Precision.INT8_DYNAMIC:
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        elif precision == "int8":
+        elif precision == Precision.INT8:
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
             converter.representative_dataset = _representative(ctx.calibration, src.signature.input_names)
             converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]

@@ -7,6 +7,7 @@ from pathlib import Path
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.formats import onnx_files
 from edgekit.converters.base import ConvertContext, Converter
+from edgekit.core.quant import Precision
 
 
 class TorchToOnnx(Converter):
@@ -15,7 +16,7 @@ class TorchToOnnx(Converter):
     name = "torch_to_onnx"
     source = "torch"
     target = "onnx"
-    precisions = ("fp32",)
+    precisions = (Precision.FP32,)
     extra = "onnx"
     cost = 1.0
     tools = ("torch", "onnx", "onnxscript")

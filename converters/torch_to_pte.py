@@ -15,6 +15,7 @@ from pathlib import Path
 from edgekit.core import io_params
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import ConversionFailed, first_line
+from edgekit.core.quant import Precision
 from edgekit.calibration import pt2e, pt2e_statistics
 from edgekit.calibration.data import SampleSet
 from edgekit.converters import pt2e_int8, pte_partitions
@@ -28,7 +29,7 @@ class TorchToPte(Converter):
     name = "torch_to_pte"
     source = "torch"
     target = "pte"
-    precisions = ("fp32", "fp16", "int8", "int8-dynamic")
+    precisions = (Precision.FP32, Precision.FP16, Precision.INT8, Precision.INT8_DYNAMIC)
     capabilities = pt2e.CAPABILITIES
     measures_before_lowering = True  # auto ranks its candidates by their PT2E graphs (quantized_outputs)
     extra = "executorch"
@@ -43,13 +44,13 @@ class TorchToPte(Converter):
         source = ctx.source
         args = source.example_args()
         files = [str(out_path)]
-        if precision == "fp32":
+        if precision == Precision.FP32:
             program = source.exported()
-        elif precision == "fp16":
+        elif precision == Precision.FP16:
             # A deep copy: .half() would otherwise change the source model's shared weights.
             program = torch.export.export(_fp16_wrapper()(copy.deepcopy(source.exported().module())), args)
         else:
-            dynamic = precision == "int8-dynamic"
+            dynamic = precision == Precision.INT8_DYNAMIC
             _, quantized = pt2e_int8.quantized_graph(src, _unrolled(ctx), *_xnnpack(), "xnnpack", dynamic=dynamic,
                                                      example_args=args)
             program = torch.export.export(quantized, args)
@@ -233,7 +234,7 @@ def _backend_config(precision: str):
     embedding_byte); the import registers the kernels' out variants."""
     from executorch.exir import ExecutorchBackendConfig
 
-    if precision not in ("int8", "int8-dynamic"):
+    if precision not in (Precision.INT8, Precision.INT8_DYNAMIC):
         return ExecutorchBackendConfig()
     import executorch.kernels.quantized  # noqa: F401
     from executorch.exir.passes import QuantFusionPass

@@ -40,7 +40,7 @@ import numpy as np
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.converters.base import ConvertContext, Converter
-from edgekit.core.quant import Capabilities
+from edgekit.core.quant import Capabilities, Precision
 
 METHODS = ("minmax", "mse")
 ENGINE = "qnnpack"
@@ -54,7 +54,7 @@ class TorchToPtl(Converter):
     name = "torch_to_ptl"
     source = "torch"
     target = "ptl"
-    precisions = ("fp32", "int8")
+    precisions = (Precision.FP32, Precision.INT8)
     capabilities = Capabilities(
         methods=METHODS,
     )
@@ -70,14 +70,14 @@ class TorchToPtl(Converter):
         source = ctx.source
         args = source.example_args()
         engine = torch.backends.quantized.engine
-        if precision == "int8":
+        if precision == Precision.INT8:
             torch.backends.quantized.engine = ENGINE  # weights are packed for the engine in use
         try:
-            if precision == "fp32" and isinstance(source.module, torch.jit.ScriptModule):
+            if precision == Precision.FP32 and isinstance(source.module, torch.jit.ScriptModule):
                 _save(source.module, out_path)  # already TorchScript: save it as it is
             else:
                 graph = _float_graph(source.exported().module())
-                if precision == "int8":
+                if precision == Precision.INT8:
                     graph = _quantize(graph, ctx.calibration, src.signature.input_names, args, ctx.spec.method)
                 with _own_compilation_unit() as cu, torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from edgekit.calibration.tflite_io import float_io
 from edgekit.core.artifact import ModelArtifact
+from edgekit.core.quant import Precision
 from edgekit.calibration import pt2e, pt2e_statistics
 from edgekit.calibration.data import SampleSet
 from edgekit.converters import pt2e_int8
@@ -22,7 +23,7 @@ class TorchToTflite(Converter):
     name = "torch_to_tflite"
     source = "torch"
     target = "tflite"
-    precisions = ("fp32", "fp16", "int8", "int8-dynamic")
+    precisions = (Precision.FP32, Precision.FP16, Precision.INT8, Precision.INT8_DYNAMIC)
     capabilities = pt2e.CAPABILITIES
     measures_before_lowering = True  # auto ranks its candidates by their PT2E graphs (quantized_outputs)
     extra = "tflite"
@@ -37,9 +38,9 @@ class TorchToTflite(Converter):
         source = ctx.source
         module = int32_arg_max(source.exported().module())  # one export, shared with the other torch edges
         args = source.example_args()
-        if precision == "fp32":
+        if precision == Precision.FP32:
             litert_torch.convert(module, args).export(str(out_path))
-        elif precision == "fp16":
+        elif precision == Precision.FP16:
             from litert_torch.generative.quantize import quant_recipes
 
             litert_torch.convert(module, args, quant_config=quant_recipes.full_fp16_recipe()).export(str(out_path))
@@ -47,7 +48,7 @@ class TorchToTflite(Converter):
             from litert_torch.quantize.pt2e_quantizer import PT2EQuantizer, get_symmetric_quantization_config
             from litert_torch.quantize.quant_config import QuantConfig
 
-            dynamic = precision == "int8-dynamic"
+            dynamic = precision == Precision.INT8_DYNAMIC
             spec = ctx.spec
             quantizer, quantized = pt2e_int8.quantized_graph(src, ctx, PT2EQuantizer(), get_symmetric_quantization_config,
                                                              "tflite", dynamic=dynamic, example_args=args)

@@ -101,7 +101,7 @@ def test_a_broken_size_budget_exits_1_and_is_named(tmp_path):
 @pytest.mark.parametrize("body, message", [
     ('[[models]]\npath = "m.pt2"\ntargets = ["onnx"]\ncolour = "red"\n', r"unknown key\(s\) \['colour'\]"),
     ('[[models]]\npath = "m.pt2"\ntargets = ["onnx"]\n[models.budgets]\ncosinus = 0.9\n', "unknown budget 'cosinus'"),
-    ('[[models]]\npath = "m.pt2"\ntargets = ["onnx"]\nprecisions = ["int4"]\n', r"precisions: unknown \['int4'\]"),
+    ('[[models]]\npath = "m.pt2"\ntargets = ["onnx"]\nprecisions = ["int4"]\n', r"precisions: unknown precision .int4."),
     ('[[models]]\npath = "m.pt2"\ntargets = ["onnx"]\nprecisions = ["int8"]\n', "int8 needs 'calibration'"),
     ('[[models]]\ntargets = ["onnx"]\n', "missing 'path'"),
     ('[[models]]\npath = "m.pt2"\ntargets = ["onnx"]\n[models.budgets]\nmax_bytes = "big"\n', "max_bytes must be a number"),

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from edgekit.core.errors import BadInput, MissingDependency
+from edgekit.core.quant import Fallback, Precision, QuantSpec, parse_overrides
 from edgekit.engine.graph import Graph
 from edgekit.converters.base import MANIFEST, Converter, converters
 
@@ -66,6 +67,19 @@ def test_a_precision_no_edge_produces():
 def test_unknown_precision():
     with pytest.raises(BadInput, match="unknown precision 'int4'"):
         Graph().route("torch-export", "tflite", "int4")
+
+
+def test_the_users_words_for_a_precision_are_one_table():
+    """--precision, the API and a check config read the same words: canonical names, any case, `_` for `-`, and
+    the float ones spelled out; what the code compares is the member, and the artifact's name uses its value."""
+    assert [Precision.parse(w) for w in ("FP32", " float16 ", "int8_dynamic", "int4-weights")] == [
+        Precision.FP32, Precision.FP16, Precision.INT8_DYNAMIC, Precision.INT4_WEIGHTS]
+    assert QuantSpec("float32").precision is Precision.FP32 and QuantSpec("Int8").to_json()["precision"] == "int8"
+    assert Graph().route("torch-export", "onnx", "float32").precision is Precision.FP32
+    with pytest.raises(BadInput, match="unknown precision 'int4' — use one of fp32, fp16, int8, int8-dynamic"):
+        Precision.parse("int4")
+    assert [Precision(p).weight_only for p in ("int8", "int8-weights", "int4-weights")] == [False, True, True]
+    assert QuantSpec("int8", overrides=parse_overrides(["a", "b=int16"])).overrides[1].precision is Fallback.INT16
 
 
 def test_missing_dependency_names_the_extra_to_install(monkeypatch):

@@ -71,7 +71,7 @@ def test_a_config_import_spec_outside_its_project_is_refused(tmp_path, key, spec
 
 
 def test_import_specs_resolve_inside_the_project_only(tmp_path):
-    from edgekit.sources.loading import import_spec
+    from edgekit.core.user_code import import_spec
 
     (tmp_path / "mycalib.py").write_text("def samples():\n    return [1, 2, 3]\n")
     assert import_spec("mycalib:samples", "calibration function", tmp_path)() == [1, 2, 3]

@@ -2,15 +2,17 @@
 
 Layers, lowest first (edgekit/<folder>; converters/, calibration/ and targets/ sit at the top of the repository
 and install as edgekit.converters, edgekit.calibration and edgekit.targets):
-  core         ground types: errors, artifacts, signatures, formats, the quantization spec, metrics, drift ranking
+  core         ground types: errors, artifacts, signatures, formats, the quantization spec, metrics, drift ranking,
+               the opened source's types and the user-code loader
   targets      the runtimes as runners, artifact inspection, per-layer tracing in a runtime, the runtime worker
-  sources      opening source models (torch, TensorFlow/Keras, ONNX) safely
   calibration  calibration data and the quantizers' building blocks
   converters   the converter contract (base) and the converters: the graph's edges
+  sources      opening source models (torch, TensorFlow/Keras, ONNX, decoder LM folders) safely
   engine       plan → prepare → run, building routes, runtime workers, verification, the cache, the search
   features     check, report, attribution
   cli          the command line
 `edgekit/__init__.py` (the Python API) may use any layer. Imports inside functions count too.
+The card's folders (targets, calibration, converters) import only edgekit.core and each other.
 
 Where imports go: a framework (FRAMEWORKS below, each with why) only inside the functions that need it,
 never at a module's top, so that `import edgekit` and the light commands never load one; everything else
@@ -37,7 +39,8 @@ REPO = Path(__file__).resolve().parents[1]
 # Where each installed package's modules are: pyproject.toml's package-dir (edgekit/ and the three top-level folders).
 PACKAGE_DIRS = {package: REPO / folder for package, folder in
                 tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].items()}
-LAYERS = ["core", "targets", "sources", "calibration", "converters", "engine", "features", "cli"]
+LAYERS = ["core", "targets", "calibration", "converters", "sources", "engine", "features", "cli"]
+CARD_FOLDERS = ("targets", "calibration", "converters")  # top-level folders, installed as edgekit.<folder>
 
 
 def _modules() -> dict[str, Path]:
@@ -89,6 +92,16 @@ def test_imports_go_down_the_layers(name):
     mine = _layer(name)
     upward = sorted(m for m in GRAPH[name] if _layer(m) is not None and _layer(m) > mine and m != "edgekit")
     assert upward == [], f"{name} ({LAYERS[mine]}) imports a higher layer: {upward}"
+
+
+@pytest.mark.parametrize("folder", CARD_FOLDERS)
+def test_card_folders_import_only_core_and_each_other(folder):
+    """The design card's rule: converters/, calibration/ and targets/ build on edgekit.core alone (and on each
+    other), so a converter or a runtime can be read, tested and replaced without the engine or the sources."""
+    allowed = ("core", *CARD_FOLDERS)
+    found = sorted(f"{m} → {d}" for m in GRAPH if m.split(".")[1:2] == [folder]
+                   for d in GRAPH[m] if d != "edgekit" and d.split(".")[1] not in allowed)
+    assert found == [], f"{folder}/ imports outside edgekit.core and the card's folders:\n" + "\n".join(found)
 
 
 def test_no_import_cycles():

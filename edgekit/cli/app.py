@@ -428,6 +428,8 @@ def check(
 def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the artifacts and the report.")] = Path("demo-out")):
     """The main job on the bundled digits CNN: every target at fp32 and at int8 (calibrated), each verified on the
     digits eval split, then the size and latency report as HTML."""
+    from edgekit.core.quant import Precision
+
     samples = REPO / "sample_models"
     model, calib, eval_data = (samples / n for n in ("digits_cnn.pt2", "digits_calib.npz", "digits_eval.npz"))
     if not model.is_file():
@@ -436,12 +438,12 @@ def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the a
     _output_folder(out)
     _output_file(page, "--out")
     failed = False
-    for precision in ("fp32", "int8"):
+    for precision in (Precision.FP32, Precision.INT8):
         print(f"edgekit demo: {model.relative_to(REPO)} → every target at {precision}"
-              + (f", calibrated on {calib.name}" if precision == "int8" else "") + f"; verified on {eval_data.name}",
+              + (f", calibrated on {calib.name}" if precision == Precision.INT8 else "") + f"; verified on {eval_data.name}",
               file=sys.stderr)
         try:
-            convert(str(model), ["all"], out, precision=precision, calib=str(calib) if precision == "int8" else None,
+            convert(str(model), ["all"], out, precision=precision, calib=str(calib) if precision == Precision.INT8 else None,
                     eval_data=eval_data)
         except typer.Exit as e:  # a failed verdict: say so at the end, after the report
             if e.exit_code != EXIT_CHECK_FAILED:

@@ -33,11 +33,52 @@ PASS_TARGETS = {"smooth_quant": "tflite from torch sources, executorch, onnx and
                 "bias_correction": "tflite, executorch, onnx and ort",
                 "int16_stem": "onnx and ort", "int16_activations": "onnx and ort"}  # for messages: who has each pass
 CALIBRATION_PASSES = ("smooth_quant", "bias_correction")  # what `auto` combines with each method: no precision change
-# weight-only precisions of a decoder LM (edgekit.sources.lm_decoder): weights int8 per channel or int4 in groups
-LM_PRECISIONS = ("int8-weights", "int4-weights")
 GROUP_SIZES = (32, 64, 128, 256)  # the int4 block sizes every LM target runs (LiteRT's blockwise kernels)
-PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", *LM_PRECISIONS)
-FALLBACKS = ("int16", "float")  # what a layer kept back from int8 becomes, the cheaper first
+
+
+class Precision(StrEnum):
+    """What an artifact's numbers are: float (fp32, fp16), static int8 (calibrated: int8 weights and
+    activations), int8-dynamic (int8 weights, activations quantized at run time, no calibration), and a decoder
+    LM's weight-only int8 (per channel) or int4 (in groups). The user's words for them are `PRECISION_ALIASES`;
+    code compares members, never strings."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
+    INT8 = "int8"
+    INT8_DYNAMIC = "int8-dynamic"
+    INT8_WEIGHTS = "int8-weights"
+    INT4_WEIGHTS = "int4-weights"
+
+    @classmethod
+    def parse(cls, text) -> "Precision":
+        """A precision from the user's word for it (PRECISION_ALIASES, any case or surrounding space, `_` for
+        `-`); BadInput naming the words for an unknown one."""
+        word = str(text).strip().lower().replace("_", "-")
+        if word not in PRECISION_ALIASES:
+            raise BadInput(f"unknown precision {str(text)!r}", fix=f"use one of {', '.join(PRECISION_ALIASES)}")
+        return PRECISION_ALIASES[word]
+
+    @property
+    def weight_only(self) -> bool:
+        """A decoder LM's weight-only precision (edgekit.sources.lm_decoder): weights int8 or int4, activations float."""
+        return self in (Precision.INT8_WEIGHTS, Precision.INT4_WEIGHTS)
+
+
+# The one table of the user's words for a precision (--precision, the API's `precision`, a check config's
+# `precisions`): each canonical name, and the long spellings of the float ones.
+PRECISION_ALIASES = {**{p.value: p for p in Precision}, "float32": Precision.FP32, "float16": Precision.FP16}
+PRECISIONS = tuple(Precision)
+LM_PRECISIONS = tuple(p for p in Precision if p.weight_only)
+
+
+class Fallback(StrEnum):
+    """What a layer kept back from int8 (`--keep LAYER=...`) becomes: int16 activations (a16w8) or float."""
+
+    INT16 = "int16"
+    FLOAT = "float"
+
+
+FALLBACKS = tuple(Fallback)  # the cheaper first
 GRANULARITIES = ("per_channel", "per_tensor")
 OPTIMIZE = ("latency", "size", "accuracy")  # what an int8 backend with more than one valid form keeps (--optimize)
 
@@ -74,12 +115,13 @@ class LayerOverride:
     refuses an unknown precision or an empty name."""
 
     layer: str
-    precision: str  # one of FALLBACKS
+    precision: Fallback
 
     def __post_init__(self):
         if self.precision not in FALLBACKS:
-            raise BadInput(f"layer {self.layer!r}: unknown override {self.precision!r}",
+            raise BadInput(f"layer {self.layer!r}: unknown override {str(self.precision)!r}",
                            fix=f"a layer can be kept at {' or '.join(FALLBACKS)}")
+        object.__setattr__(self, "precision", Fallback(self.precision))
         if not self.layer.strip():
             raise BadInput("a layer override needs a layer name", fix="name it as `edgekit layers` shows it")
 
@@ -93,7 +135,7 @@ class QuantSpec:
     """What a converter is asked to make. Converters only ever see a spec settled for them
     (`for_backend`): a concrete method and bias correction on or off."""
 
-    precision: str = "fp32"  # one of PRECISIONS
+    precision: Precision = Precision.FP32  # given as the user's word for it, parsed (PRECISION_ALIASES)
     method: Method | None = Method.MINMAX  # None: the default recipe's (Capabilities.default_methods)
     weight_bits: int = 8
     activation_bits: int = 8
@@ -110,15 +152,14 @@ class QuantSpec:
     def __post_init__(self):
         if self.method is not None:
             object.__setattr__(self, "method", Method.parse(self.method))
-        if self.precision not in PRECISIONS:
-            raise BadInput(f"unknown precision {self.precision!r}", fix=f"use one of {', '.join(PRECISIONS)}")
+        object.__setattr__(self, "precision", Precision.parse(self.precision))
         if self.granularity not in GRANULARITIES:
             raise BadInput(f"unknown granularity {self.granularity.replace('_', '-')!r}", fix="use per-channel or per-tensor")
         if self.optimize not in OPTIMIZE:
             raise BadInput(f"unknown --optimize {self.optimize!r}", fix=f"use one of {', '.join(OPTIMIZE)}")
         if self.group_size not in GROUP_SIZES:
             raise BadInput(f"--group-size {self.group_size} is not one edgekit builds", fix=f"use one of {', '.join(map(str, GROUP_SIZES))}")
-        if self.precision == "int8":
+        if self.precision == Precision.INT8:
             return
         if self.int8_io:
             raise BadInput("--int8-io needs --precision int8 (or --int8)")
@@ -145,6 +186,15 @@ class QuantSpec:
         return replace(self, method=method or self.method or capabilities.default_methods[0], bias_correction=bias,
                        smooth_quant=smooth)
 
+    def pass_flags(self) -> dict[str, bool | None]:
+        """Each whole-model pass (PASSES, in their order) → this spec's flag for it (None: the backend's default)."""
+        return {"smooth_quant": self.smooth_quant, "bias_correction": self.bias_correction,
+                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations}
+
+    def passes_on(self) -> tuple[str, ...]:
+        """The whole-model passes this spec turns on, in PASSES' order."""
+        return tuple(name for name, on in self.pass_flags().items() if on)
+
     def layers(self, precision: str) -> tuple[str, ...]:
         """The layers overridden to `precision` ("float" or "int16"), in the order given."""
         return tuple(o.layer for o in self.overrides if o.precision == precision)
@@ -160,7 +210,7 @@ class QuantSpec:
                 "activation_bits": self.activation_bits, "granularity": self.granularity,
                 "int8_io": self.int8_io, "bias_correction": self.bias_correction, "smooth_quant": self.smooth_quant,
                 "int16_stem": self.int16_stem, "int16_activations": self.int16_activations, "optimize": self.optimize, "overrides": [o.to_json() for o in self.overrides],
-                **({"group_size": self.group_size} if self.precision == "int4-weights" else {})}
+                **({"group_size": self.group_size} if self.precision == Precision.INT4_WEIGHTS else {})}
 
     @classmethod
     def from_json(cls, d: dict) -> "QuantSpec":
@@ -200,9 +250,14 @@ class Capabilities:
         object.__setattr__(self, "methods", tuple(Method.parse(m) for m in self.methods))
         object.__setattr__(self, "default_methods", tuple(Method.parse(m) for m in self.default_methods))
 
+    def pass_flags(self) -> dict[str, bool]:
+        """Each whole-model pass (PASSES, in their order) → whether this backend has it."""
+        return {"smooth_quant": self.smooth_quant, "bias_correction": self.bias_correction,
+                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations}
+
     def passes(self) -> tuple[str, ...]:
         """The whole-model passes (PASSES) this backend has, in the order they are tried."""
-        return tuple(p for p in PASSES if getattr(self, p))
+        return tuple(name for name, has in self.pass_flags().items() if has)
 
     def lacks(self, spec: QuantSpec) -> Lack | None:
         """The first thing of `spec` this backend cannot express, or None (AUTO is every method it has)."""
@@ -219,11 +274,12 @@ class Capabilities:
         if spec.int8_io and not self.int8_io:
             return Lack("cannot give a model integer inputs and outputs", "no integer inputs and outputs",
                         "drop --int8-io for this target", lambda c: c.int8_io)
-        for name, label in PASSES.items():
-            if getattr(spec, name) and not getattr(self, name):
+        for name in spec.passes_on():
+            if name not in self.passes():
+                label = PASSES[name]
                 return Lack(f"has no {label}", f"no {label}",
                             f"drop --{name.replace('_', '-')} for this target ({PASS_TARGETS[name]} have it)",
-                            lambda c, name=name: getattr(c, name))
+                            lambda c, name=name: name in c.passes())
         if spec.granularity not in self.granularities:
             shown = spec.granularity.replace("_", "-")
             return Lack(f"has no {shown} weight quantization", f"no {shown} weights",
@@ -241,7 +297,7 @@ def auto_specs(base: QuantSpec, methods, passes) -> list[QuantSpec]:
     """`--calib-method auto`'s candidates: every method but those asked for by name only (BY_NAME_ONLY),
     each with every combination of the whole-model `passes` (CALIBRATION_PASSES names) that `base` does not
     already turn on, the passes off first."""
-    free = [p for p in passes if p in CALIBRATION_PASSES and not getattr(base, p)]
+    free = [p for p in passes if p in CALIBRATION_PASSES and p not in base.passes_on()]
     return [replace(base, method=method, **dict(zip(free, on)))
             for method, *on in product([m for m in methods if m not in BY_NAME_ONLY], *([False, True] for _ in free))]
 

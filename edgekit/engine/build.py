@@ -20,7 +20,7 @@ from edgekit.core.artifact import ModelArtifact, sha256_files
 from edgekit.core.errors import BadInput
 from edgekit.core.formats import onnx_files, side_file_names
 from edgekit.engine.graph import Route
-from edgekit.core.quant import PASSES
+from edgekit.core.quant import PASSES, Precision
 from edgekit.core.quiet import captured, private_dir, temp_files_in
 from edgekit.converters.base import ConvertContext
 from edgekit.targets import by_format
@@ -86,9 +86,9 @@ def build(route: Route, ctx: ConvertContext, stem: str, say: Progress, shared: I
             continue
         folder = shared.folder / f"i{len(shared.built)}"
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{stem}{'' if step.precision == 'fp32' else '.' + step.precision}{by_format(conv.target).extension}"
+        path = folder / f"{stem}{'' if step.precision == Precision.FP32 else '.' + step.precision}{by_format(conv.target).extension}"
         detail = (f", {ctx.spec.method} calibration" + "".join(
-            f" and {label}" for name, label in PASSES.items() if getattr(ctx.spec, name)) if i == q else "")
+            f" and {PASSES[name]}" for name in ctx.spec.passes_on()) if i == q else "")
         say(f"converting {artifact.format} → {conv.target} at {step.precision} ({conv.name}{detail})")
         with captured(), temp_files_in(folder):  # the step's scratch files go beside its output
             artifact = conv()(artifact, path, step.precision, replace(ctx, work_dir=folder))

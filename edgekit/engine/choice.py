@@ -149,15 +149,11 @@ class Choosing:
 
 
 def _what(target, spec: QuantSpec) -> str:
-    return f"{target.name}: {spec.method} calibration{''.join(' with ' + PASSES[p] for p in _passes_of(spec))}"
-
-
-def _passes_of(spec: QuantSpec) -> list[str]:
-    return [p for p in PASSES if getattr(spec, p)]
+    return f"{target.name}: {spec.method} calibration{''.join(' with ' + PASSES[p] for p in spec.passes_on())}"
 
 
 def _folder(spec: QuantSpec) -> str:
-    return "+".join([spec.method, *_passes_of(spec)])
+    return "+".join([spec.method, *spec.passes_on()])
 
 
 def _which(candidate: CalibrationCandidate) -> tuple:

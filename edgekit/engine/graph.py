@@ -8,7 +8,7 @@ from itertools import count
 
 from edgekit.core.errors import BadInput, MissingDependency
 from edgekit.converters.base import Converter, converters, node_of
-from edgekit.core.quant import PRECISIONS
+from edgekit.core.quant import PRECISIONS, Precision
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Route:
     @property
     def quantizing(self) -> int | None:
         """The index of the step that turns the float model into an int8 one, or None."""
-        return next((i for i, s in enumerate(self.steps) if s.precision == "int8"), None)
+        return next((i for i, s in enumerate(self.steps) if s.precision == Precision.INT8), None)
 
     @property
     def quantizing_step(self) -> Step | None:
@@ -58,9 +58,9 @@ class Graph:
 
     def _search(self, start: str, goal: tuple[str, str] | None, only_available: bool):
         """Dijkstra over (node, precision) states; returns the best step list per reached state."""
-        best: dict[tuple[str, str], tuple[float, tuple[Step, ...]]] = {(start, "fp32"): (0.0, ())}
+        best: dict[tuple[str, str], tuple[float, tuple[Step, ...]]] = {(start, Precision.FP32): (0.0, ())}
         tie = count()
-        queue = [(0.0, next(tie), (start, "fp32"))]
+        queue = [(0.0, next(tie), (start, Precision.FP32))]
         while queue:
             cost, _, state = heapq.heappop(queue)
             if cost > best[state][0]:
@@ -88,11 +88,11 @@ class Graph:
         """
         out: dict[str, set[str]] = {}
         for (node, prec), _ in self._search(node_of(source_format), None, False).items():
-            if (node, prec) != (node_of(source_format), "fp32"):
+            if (node, prec) != (node_of(source_format), Precision.FP32):
                 out.setdefault(node, set()).add(prec)
         return out
 
-    def route(self, source_format: str, target_format: str, precision: str = "fp32", *,
+    def route(self, source_format: str, target_format: str, precision: str = Precision.FP32, *,
               rewrite: bool = False) -> Route:
         """The cheapest route from a source format to a target format at a precision.
 
@@ -101,13 +101,12 @@ class Graph:
         The source's own format at fp32 is a route only with `rewrite` (input shapes were given) and an
         edge from that format to itself at fp32 (an ONNX model written with fixed input shapes).
         """
-        if precision not in PRECISIONS:
-            raise BadInput(f"unknown precision {precision!r}", fix=f"use one of {', '.join(PRECISIONS)}")
+        precision = Precision.parse(precision)
         start, goal = node_of(source_format), (target_format, precision)
-        if goal == (start, "fp32"):
-            same = [e for e in self.edges if e.source == start and e.target == start and e.accepts("fp32", "fp32")]
+        if goal == (start, Precision.FP32):
+            same = [e for e in self.edges if e.source == start and e.target == start and e.accepts(Precision.FP32, Precision.FP32)]
             if rewrite and same:
-                plan = Route(source_format, target_format, precision, (Step(same[0], "fp32"),))
+                plan = Route(source_format, target_format, precision, (Step(same[0], Precision.FP32),))
                 if not same[0].available():
                     raise MissingDependency(f"the {start} → {start} converter", same[0].extra, same[0].missing())
                 return plan
@@ -133,7 +132,7 @@ class Graph:
 
 def _validate(plan: Route) -> None:
     """Check the whole chain fits together before anything runs."""
-    node, prec = node_of(plan.source_format), "fp32"
+    node, prec = node_of(plan.source_format), Precision.FP32
     for step in plan.steps:
         conv = step.converter
         if conv.source != node or not conv.accepts(prec, step.precision):

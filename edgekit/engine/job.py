@@ -21,8 +21,8 @@ from edgekit.engine.layers import SAMPLES, float_reference, rank_layers
 from edgekit.core.search_record import StopReason
 from edgekit.engine.search import Measurement, Search, worth_keeping
 from edgekit.engine.sizes import verify_second_size
-from edgekit.sources.loading import Source
-from edgekit.core.quant import PASSES, QuantSpec
+from edgekit.core.source import Source
+from edgekit.core.quant import CALIBRATION_PASSES, PASSES, Precision, QuantSpec
 from edgekit.core.quiet import captured
 from edgekit.converters.base import ConvertContext, Reuse
 from edgekit.core.results import ArtifactResult
@@ -73,7 +73,7 @@ class TargetJob(Choosing):
             started = time.perf_counter()
             artifact, verdict = self._verify(target, artifact, samples, reference)
             if verdict.status == Status.FAIL and self.req.attribute_failures and route.quantizing_step \
-                    and artifact.meta.search is None and artifact.meta.quantization.precision == "int8":
+                    and artifact.meta.search is None and artifact.meta.quantization.precision == Precision.INT8:
                 verdict = replace(verdict, notes=verdict.notes + (self._attributed(target, route, artifact, verdict, tmp),))
             measured = ArtifactResult.measured(target.name, artifact, verdict)
             placed = replace(measured, artifact=place(artifact, self.out_dir, self.work))
@@ -210,7 +210,7 @@ class TargetJob(Choosing):
         those the converter has, SmoothQuant only where the model has linears reading a normalization, int16
         activations at high resolution only where it has an image input (4-D); int16 activations everywhere
         for any model, after them."""
-        refused = {p for p in ("bias_correction", "smooth_quant") if getattr(self.req.quant, p) is False}  # --no-…
+        refused = {p for p, on in self.req.quant.pass_flags().items() if on is False and p in CALIBRATION_PASSES}  # --no-…
         images = any(len(i.shape) == 4 for i in self.source.artifact.signature.inputs)
         return tuple(p for p in converter.capabilities.passes() if p not in refused
                      and (p != "smooth_quant" or self._smoothable) and (p != "int16_stem" or images))

@@ -11,6 +11,7 @@ from pathlib import Path
 from edgekit.converters.base import ConvertContext
 from edgekit.converters.onnx_simplify import simplify
 from edgekit.core.drift import LayerDrift, from_json, keras_layer, module_path_from_location
+from edgekit.core.quant import Precision
 from edgekit.engine.build import build
 from edgekit.engine.graph import Graph
 from edgekit.engine.pte_layers import trace
@@ -40,7 +41,7 @@ def float_reference(model, fmt: str, folder, say=lambda _msg: None) -> str:
     when it is already that format, else one converted into `folder` by the same route."""
     if model.artifact.format == fmt:  # an .onnx source: it is the float model
         return model.artifact.path
-    plan = Graph().route(model.artifact.format, fmt, "fp32")
+    plan = Graph().route(model.artifact.format, fmt, Precision.FP32)
     return build(plan, ConvertContext(model, Path(folder)), "reference", say).path
 
 

@@ -21,6 +21,7 @@ from edgekit.converters.base import ConvertContext
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import BadInput, reading
 from edgekit.core.lm_verify import lm_metrics, lm_verdict
+from edgekit.core.quant import Precision
 from edgekit.core.results import ArtifactResult
 from edgekit.core.verify import LM_FP32, LM_METRICS, THRESHOLDS
 from edgekit.engine.build import Intermediates, Progress, build, place, run_folder, stem_of
@@ -62,7 +63,7 @@ def eval_windows(source, eval_data: str | None, windows: int = WINDOWS, what: st
 
 def thresholds_for(precision: str, asked: dict) -> dict:
     """edgekit's LM thresholds at `precision` with the user's (`--threshold token_agreement=0.99`) on top."""
-    base = LM_FP32 if precision == "fp32" else THRESHOLDS.get(precision, {})
+    base = LM_FP32 if precision == Precision.FP32 else THRESHOLDS.get(precision, {})
     return {**base, **{k: v for k, v in asked.items() if k in LM_METRICS}}
 
 
@@ -110,7 +111,7 @@ def calibration_windows(source, req, say: Progress) -> np.ndarray | None:
     `max_seq_len` tokens; None without it. At fp32 nothing is rounded: --calib is refused."""
     if req.calibration is None:
         return None
-    if req.precision == "fp32":
+    if req.precision == Precision.FP32:
         raise BadInput("--calib rounds an LM's weights by GPTQ: at fp32 nothing is rounded",
                        fix="leave --calib out, or give -p int8-weights or -p int4-weights")
     if Path(req.calibration.source).resolve() == Path(req.eval_data or "").resolve():

@@ -27,6 +27,7 @@ from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import BadInput, ConversionFailed, reading
 from edgekit.core.formats import FORMATS, artifact_files, detect, split_name
 from edgekit.core.inspection import Inspection
+from edgekit.core.quant import Precision
 from edgekit.core.quiet import captured
 from edgekit.core.results import ArtifactResult, ConvertResult, TargetFailure
 from edgekit.core.verify import THRESHOLDS, applicable_thresholds, compare
@@ -39,7 +40,8 @@ from edgekit.engine.request import ConvertRequest
 from edgekit.engine.isolation import run_isolated, start_workers
 from edgekit.engine.search import SEARCH_FRACTION
 from edgekit.engine.sizes import verify_second_size
-from edgekit.sources.loading import Source, SourceOptions, open_source
+from edgekit.core.source import Source
+from edgekit.sources.loading import SourceOptions, open_source
 from edgekit.targets import TARGETS, by_format
 from edgekit.targets.inspection import inspect_artifact
 
@@ -224,7 +226,7 @@ def _verify_lm(req: ConvertRequest, paths: list[str], thresholds_for, say: Progr
         if fmt not in {t.format for t in TARGETS.values()}:
             raise BadInput(f"{p} is a {fmt} model, not an artifact edgekit can verify", fix="give .tflite, .pte or .onnx files")
         with reading(p, f"the .{fmt} artifact"):
-            given.append((p, fmt, artifact_files(fmt, p), split_name(Path(p))[1] or "fp32"))
+            given.append((p, fmt, artifact_files(fmt, p), split_name(Path(p))[1] or Precision.FP32))
     with run_folder(Path(req.out_dir)):
         source = sources.open(req.source, req.source_options, say)
         results = verify_given_lm(req, source, given, thresholds_for, say)

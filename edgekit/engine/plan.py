@@ -10,7 +10,7 @@ from pathlib import Path
 from edgekit.converters.base import converters, node_of
 from edgekit.core.errors import BadInput
 from edgekit.core.formats import FORMATS, detect
-from edgekit.core.quant import LM_PRECISIONS, Lack
+from edgekit.core.quant import LM_PRECISIONS, Lack, Precision
 from edgekit.core.verify import THRESHOLDS
 from edgekit.engine.build import stem_of
 from edgekit.engine.graph import Graph, Route
@@ -47,7 +47,7 @@ def plan(req: ConvertRequest) -> Plan:
     """Every target's route, checked: the method, passes and layer overrides asked for exist on each."""
     thresholds = {**THRESHOLDS.get(req.precision, {}), **req.thresholds, **{b.metric: b.limit for b in req.search.budgets}}
     source_format = detect(req.source)  # fail fast on a bad path, before loading anything heavy
-    if FORMATS[source_format].family == "lm" and req.precision not in ("fp32", *LM_PRECISIONS):
+    if FORMATS[source_format].family == "lm" and req.precision not in (Precision.FP32, *LM_PRECISIONS):
         raise BadInput(f"a decoder LM is converted at fp32, {' or '.join(LM_PRECISIONS)}, not {req.precision}",
                        fix="give -p int8-weights or -p int4-weights (weights quantized; no calibration needed)")
     graph = Graph()
@@ -59,7 +59,7 @@ def plan(req: ConvertRequest) -> Plan:
     routes = [(t, graph.route(source_format, t.format, req.precision, rewrite=rewrite)) for t in targets]
     for t, r in routes:
         written = Path(req.out_dir) / f"{stem_of(req.source)}{t.extension}"
-        if r.precision == "fp32" and r.target_format == node_of(source_format) and written.resolve() == Path(req.source).resolve():
+        if r.precision == Precision.FP32 and r.target_format == node_of(source_format) and written.resolve() == Path(req.source).resolve():
             raise BadInput(f"writing the {t.name} model with fixed input shapes to {written} would replace the source",
                            fix="give --out another folder")
     warnings: list[str] = []
@@ -103,7 +103,7 @@ def check_supported(routes, req: ConvertRequest) -> None:
         missing = lack(route, req)
         if missing is None:
             continue
-        int8_formats = {c.target for c in converters().values() if "int8" in c.precisions and missing.has(c.capabilities)}
+        int8_formats = {c.target for c in converters().values() if Precision.INT8 in c.precisions and missing.has(c.capabilities)}
         having = [t.name for t in TARGETS.values() if t.format in int8_formats and t.name != target.name]
         raise BadInput(f"the {target.name} backend {missing.reason}",
                        fix=missing.fix + (f"; targets that can: {', '.join(having)}" if having else ""))

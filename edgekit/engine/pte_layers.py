@@ -20,7 +20,7 @@ import numpy as np
 
 from edgekit.converters.torch_to_pte import quantize_int8
 from edgekit.core.drift import SqnrSums, Traced, rank, sqnr_db
-from edgekit.core.quant import QuantSpec
+from edgekit.core.quant import Precision, QuantSpec
 
 QDQ_NAMESPACES = frozenset({"quantized_decomposed", "torchao"})
 WEIGHTED = ("conv", "linear")  # ops whose args[1] is the weight
@@ -30,7 +30,7 @@ BATCH_NORMS = {"batch_norm": 7, "_native_batch_norm_legit_no_training": 6}  # op
 def quantized_module(source, calibration, spec):
     """The PT2E-quantized GraphModule the int8 .pte is lowered from (same calls as torch_to_pte);
     `spec` is a QuantSpec, or a calibration method's name for full int8."""
-    spec = QuantSpec("int8", spec) if isinstance(spec, str) else spec
+    spec = QuantSpec(Precision.INT8, spec) if isinstance(spec, str) else spec
     return quantize_int8(source, calibration, spec)
 
 

@@ -11,7 +11,7 @@ from edgekit.calibration.sources import CalibrationSpec
 from edgekit.core.budgets import SearchSpec, parse_budgets
 from edgekit.core.errors import BadInput
 from edgekit.core.formats import ORT_PLATFORMS
-from edgekit.core.quant import Capabilities, Method, QuantSpec, parse_overrides
+from edgekit.core.quant import Capabilities, Method, Precision, QuantSpec, parse_overrides
 from edgekit.core.verify import KINDS, parse_output_kinds, parse_thresholds
 from edgekit.engine.deadline import DEFAULT_TIME_BUDGET
 from edgekit.sources.loading import SourceOptions
@@ -39,7 +39,7 @@ class ConvertRequest:
     def __post_init__(self):
         if not self.targets:
             raise ValueError("at least one target is needed")
-        if self.search.budgets and self.precision != "int8":
+        if self.search.budgets and self.precision != Precision.INT8:
             raise BadInput("--budget needs --precision int8 (or --int8): it keeps layers of a static int8 model back")
         if self.time_budget is not None and not self.time_budget >= 0:
             raise BadInput(f"--time-budget {self.time_budget!r} is not a number of seconds", fix="give seconds ≥ 0 (0: none)")
@@ -84,7 +84,7 @@ class ConvertRequest:
 
 
 def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str = "edgekit-out", *,
-                  precision: str = "fp32", int8: bool = False, calibration: str | CalibrationSpec | None = None,
+                  precision: str = Precision.FP32, int8: bool = False, calibration: str | CalibrationSpec | None = None,
                   calib_samples: int | None = None, calib_preprocess: str | None = None, calib_method: str | None = None,
                   eval_data: str | None = None, thresholds: Mapping | Iterable[str] = (),
                   output_kinds: Mapping | Iterable[str] = (), int8_io: bool = False,
@@ -97,10 +97,11 @@ def build_request(source: str, targets: str | Iterable[str] = ("all",), out: str
                   source_options: SourceOptions = SourceOptions()) -> ConvertRequest:
     """The request for these options, each as the command line spells it (`keep`, `budgets`,
     `thresholds` and `output_kinds` also as {name: value}); BadInput for any that cannot be used."""
+    precision = Precision.parse(precision)
     if int8:
-        if precision not in ("fp32", "int8"):
+        if precision not in (Precision.FP32, Precision.INT8):
             raise BadInput(f"--int8 contradicts --precision {precision}", fix="give one of them")
-        precision = "int8"
+        precision = Precision.INT8
     if calibration is None and (calib_samples is not None or calib_preprocess is not None):
         raise BadInput("--calib-samples and --calib-preprocess need --calib", fix="give the calibration data too")
     if isinstance(calibration, str):

@@ -39,7 +39,7 @@ from typing import Callable
 
 from edgekit.core.budgets import Budget
 from edgekit.core.errors import BadInput
-from edgekit.core.quant import PASSES, QuantSpec
+from edgekit.core.quant import Fallback, PASSES, QuantSpec
 from edgekit.core.search_record import KeptLayer, SearchRecord, SearchStep, StopReason
 from edgekit.core.verify import NEAR_TIE
 
@@ -157,7 +157,7 @@ class Search:
         stopped, self.rankings, self.ranking_seconds = None, 0, 0.0
         contributions = {}
         for name in self.passes:
-            if self.gap(best) > 0 and not getattr(best.spec, name) and self._steps() <= self.max_steps:
+            if self.gap(best) > 0 and name not in best.spec.passes_on() and self._steps() <= self.max_steps:
                 best, contributions[name] = self._try_pass(best, measure, name)
         if self.gap(best) == 0:
             stopped = StopReason.MET
@@ -173,7 +173,7 @@ class Search:
             round(time.perf_counter() - started, 3), self.rankings, round(self.ranking_seconds, 3), self.min_int8_share,
             self.max_steps, self.values(best), round(best.int8_share, 6), best.bytes,
             best.spec.overrides, tuple(self.kept), tuple(self.steps),
-            {name: getattr(best.spec, name) for name in PASSES}, {name: contributions.get(name) for name in PASSES})
+            best.spec.pass_flags(), {name: contributions.get(name) for name in PASSES})
 
     def _try_pass(self, best: Measurement, measure, name: str) -> tuple[Measurement, dict | None]:
         """A step that turns on the whole-model pass `name` (a QuantSpec flag). Returns the better of the
@@ -216,7 +216,7 @@ class Search:
             layer = candidates.pop(0)
             tried.add(layer)
             for precision in self.fallbacks:
-                if precision == "int16" and self._best.spec.int16_activations:
+                if precision == Fallback.INT16 and self._best.spec.int16_activations:
                     continue  # every layer has int16 activations already: the conversion would change nothing
                 if self._steps() > self.max_steps:
                     return StopReason.STEPS
@@ -279,7 +279,7 @@ class Search:
     def _why(self, stopped: StopReason, best: Measurement) -> str:
         missed = [f"{b.text()} (got {_num(b.value(best.metrics))})" for b in self.budgets if b.gap(b.value(best.metrics)) > 0]
         if stopped == StopReason.MET:
-            corrected = "".join(f" and {label}" for name, label in PASSES.items() if getattr(best.spec, name))
+            corrected = "".join(f" and {PASSES[name]}" for name in best.spec.passes_on())
             return (f"every budget holds on the search samples with full int8{corrected}" if not self.kept
                     else f"every budget holds on the search samples with {len(self.kept)} layer(s) kept back{corrected}")
         tail = f"{', '.join(missed)} on the search samples"

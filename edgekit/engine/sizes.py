@@ -28,7 +28,7 @@ from edgekit.core.errors import ConversionFailed
 from edgekit.core.signature import Signature
 from edgekit.core.verify import Status, Verdict, compare
 from edgekit.engine.isolation import run_isolated
-from edgekit.sources.loading import Source
+from edgekit.core.source import Source
 from edgekit.core.inspection import shape_text
 
 MAX_STEP = 32

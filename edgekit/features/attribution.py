@@ -13,7 +13,7 @@ from edgekit.calibration.sources import load_calibration
 from edgekit.core.drift import LayerDrift
 from edgekit.core.errors import BadInput
 from edgekit.core.formats import detect, split_name
-from edgekit.core.quant import QuantSpec
+from edgekit.core.quant import Precision, QuantSpec
 from edgekit.core.quiet import captured
 from edgekit.engine.layers import SAMPLES, rank_layers
 from edgekit.sources.loading import SourceOptions, open_source
@@ -47,7 +47,7 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
         raise BadInput(f"per-layer attribution is not available for .{fmt} artifacts",
                        fix=f"attribute the {'.onnx it was made from' if fmt == 'ort' else 'tflite, onnx or pte artifact'}")
     if fmt == "pte":
-        if split_name(Path(artifact_path))[1] == "int8-dynamic":
+        if split_name(Path(artifact_path))[1] == Precision.INT8_DYNAMIC:
             raise BadInput("per-layer attribution of a .pte rebuilds its static int8 PT2E model; "
                            f"{Path(artifact_path).name} is int8-dynamic", fix="attribute the static int8 artifact")
         if method not in pt2e.METHODS:
@@ -82,5 +82,5 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
         smooth_quant = smooth_quant_applies(model)
     with captured():
         return rank_layers(model, fmt, artifact_path, inputs, calibration=pte_calibration,
-                           spec=QuantSpec("int8", method, bias_correction=bias_correction, smooth_quant=smooth_quant),
+                           spec=QuantSpec(Precision.INT8, method, bias_correction=bias_correction, smooth_quant=smooth_quant),
                            float_path=float_path, gains=gains, say=say)

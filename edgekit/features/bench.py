@@ -23,6 +23,7 @@ from typing import Callable
 
 from edgekit.core.cpu import cpu_kind, int8_products_saturate
 from edgekit.core.errors import BadInput, ConversionFailed, reading
+from edgekit.core.quant import Precision
 from edgekit.core.quiet import captured
 from edgekit.core.results import ConvertResult
 from edgekit.core.verify import Status
@@ -152,7 +153,7 @@ def bench(paths, *, threads: tuple[int, ...] | None = None, inputs: str | None =
     for path, fmt, _, fp32_path, _ in list(todo):  # an int8 artifact's fp32 partner is timed too, for the ratio
         if fp32_path and str(Path(fp32_path).resolve()) not in named:
             named.add(str(Path(fp32_path).resolve()))
-            todo.append((fp32_path, fmt, "fp32", None, False))
+            todo.append((fp32_path, fmt, Precision.FP32, None, False))
             if str(Path(path).resolve()) in lms:  # the same decoder LM at fp32
                 lms[str(Path(fp32_path).resolve())] = lms[str(Path(path).resolve())]
     measured: dict[str, ArtifactLatency] = {}
@@ -177,12 +178,12 @@ def bench(paths, *, threads: tuple[int, ...] | None = None, inputs: str | None =
     out = []
     for a in measured.values():
         ref = measured.get(str(Path(a.fp32_path).resolve())) if a.fp32_path else None
-        if ref is not None and a.precision != "fp32":
+        if ref is not None and a.precision != Precision.FP32:
             a = _with_ratio(a, ref)
         out.append(a)
     order = list(ARTIFACT_FORMATS)  # as `report` orders them: by folder, model, format, fp32 first
     out.sort(key=lambda a: (str(Path(a.path).resolve().parent), split_name(Path(a.path))[0], order.index(a.format),
-                            a.precision != "fp32", a.path))
+                            a.precision != Precision.FP32, a.path))
     return BenchReport(host(), tuple(out), tuple(skipped))
 
 
@@ -208,7 +209,7 @@ def bench_result(req: ConvertRequest, result: ConvertResult, *, threads: tuple[i
     """Time the artifacts a conversion placed. Below fp32, the fp32 artifacts of the same targets are
     made too (verified, into the same folder; from the cache when it holds them) for the ratio."""
     results, failures = list(result.artifacts), list(result.failures)
-    if req.precision != "fp32":
+    if req.precision != Precision.FP32:
         twin = ConvertRequest(req.source, req.targets, req.out_dir, eval_data=req.eval_data,
                               source_options=req.source_options, output_kinds=req.output_kinds,
                               ort_platform=req.ort_platform, time_budget=req.time_budget)

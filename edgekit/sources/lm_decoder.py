@@ -69,8 +69,7 @@ def example_inputs(cfg: DecoderConfig, max_seq_len: int, tokens: int):
     """(tokens, input_pos, k_cache, v_cache) for `tokens` tokens from position 0, with empty caches."""
     import torch
 
-    cache = torch.zeros(cfg.cache_shape(max_seq_len))
-    return (torch.zeros(1, tokens, dtype=torch.int64), torch.arange(tokens, dtype=torch.int64), cache, cache.clone())
+    return (torch.zeros(1, tokens, dtype=torch.int64), torch.arange(tokens, dtype=torch.int64), *cfg.empty_caches(max_seq_len))
 
 
 @functools.cache

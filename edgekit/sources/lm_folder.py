@@ -87,6 +87,13 @@ class DecoderConfig:
         """One of the two cache tensors (keys, values): layers × KV heads × positions × head size."""
         return (self.layers, self.kv_heads, max_seq_len, self.head_dim)
 
+    def empty_caches(self, max_seq_len: int) -> tuple:
+        """The two cache tensors (keys, values) of a forward from position 0, zeros, as torch tensors."""
+        import torch
+
+        cache = torch.zeros(self.cache_shape(max_seq_len))
+        return cache, cache.clone()
+
     def cache_bytes(self, max_seq_len: int) -> int:
         """Both cache tensors in float32."""
         layers, heads, positions, size = self.cache_shape(max_seq_len)

@@ -1,25 +1,24 @@
-"""Opening source models safely and reading their input signature.
+"""Opening source models safely and reading their input signature (the `Source` types they open as
+are edgekit.core.source's, the user-code loader edgekit.core.user_code's).
 
 Only this module and the converters touch torch; it is imported lazily, when a model is opened.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.machinery
 import inspect
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
 
 import numpy as np
 
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.deps import require
-from edgekit.core.errors import BadInput, ConversionFailed, EdgekitError, first_line, reading
+from edgekit.core.errors import BadInput, first_line, reading
 from edgekit.core.formats import FORMATS, detect
 from edgekit.core.signature import Signature, TensorSpec, check_against, parse_input_shapes
+from edgekit.core.source import Source, TorchSource, flatten
+from edgekit.core.user_code import call_user, import_spec
 from edgekit.sources.onnx_source import open_onnx
 from edgekit.sources.safe_pt2 import load_exported_program, refuse_code_targets
 from edgekit.sources.tf_source import open_tf
@@ -48,152 +47,6 @@ class SourceOptions:
         if not all(isinstance(s, TensorSpec) for s in specs):
             raise BadInput(f"input shapes {specs!r} mix text and tensor specs", fix="give --input-shape NAME=1,3,224,224")
         object.__setattr__(self, "input_shapes", specs)
-
-
-def import_spec(spec: str, what: str, project: str | Path | None = None) -> Any:
-    """Resolve `package.module:name`.
-
-    With `project` (a check config's folder, whose specs come from a pull request), the module must
-    be a file of that folder: a standard-library or installed module (`sys:exit`, `os:system`) is
-    refused before anything is imported.
-    """
-    module_name, _, attr = spec.partition(":")
-    if not attr:
-        raise BadInput(f"{what} {spec!r} is not an import spec", fix="write it as package.module:name")
-    root = Path(project).resolve() if project is not None else Path.cwd()
-    if project is not None:
-        _refuse_outside(module_name, root, spec, what)
-    if str(root) not in sys.path and (project is not None or "" not in sys.path):
-        sys.path.insert(0, str(root))
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise BadInput(f"cannot import {module_name!r} for {what} {spec}: {e}", fix="check the module is on PYTHONPATH") from None
-    except (Exception, SystemExit) as e:
-        raise BadInput(f"importing {module_name!r} for {what} {spec} failed: {type(e).__name__}: {first_line(e)}") from None
-    if project is not None:
-        _refuse_outside(module_name, root, spec, what, module)
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise BadInput(f"{module_name} has no attribute {attr!r} ({what} {spec})") from None
-
-
-def _refuse_outside(module_name: str, root: Path, spec: str, what: str, module: Any = None) -> None:
-    """BadInput unless `module_name` (or the imported `module`) is a Python file under `root`."""
-    top = module_name.split(".")[0]
-    if module is not None:
-        where = getattr(module, "__file__", None)
-        inside = where is not None and Path(where).resolve().is_relative_to(root)
-    elif top in sys.stdlib_module_names or top in sys.builtin_module_names:
-        inside = False
-    else:
-        found = importlib.machinery.PathFinder.find_spec(top, [str(root)])
-        loaded = sys.modules.get(top)
-        shadowed = loaded is not None and not Path(getattr(loaded, "__file__", None) or "/").resolve().is_relative_to(root)
-        inside = found is not None and found.origin is not None and not shadowed
-    if not inside:
-        raise BadInput(f"{what} {spec} names a module outside the project folder {root} (a standard-library or "
-                       "installed module); a check config may only name its own project's code",
-                       fix=f"put the function in a module under {root}, or give a data file instead")
-
-
-def call_user(fn: Any, what: str) -> Any:
-    """Call a user's factory or data function; its errors, and sys.exit() inside it, become BadInput."""
-    try:
-        return fn() if callable(fn) else fn
-    except (Exception, SystemExit) as e:
-        raise BadInput(f"{what} failed: {type(e).__name__}: {first_line(e)}") from None
-
-
-class Source(Protocol):
-    """An opened source model: what it is (`artifact`, with its signature) and how to run it in its
-    own framework, one sample at a time, as the reference every artifact is compared with."""
-
-    artifact: ModelArtifact
-
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """One sample (input name → array in the signature's shape) → the outputs, flattened, in order."""
-        ...
-
-
-class TorchSource:
-    """A loaded PyTorch source model: its module, its signature and, lazily, an ExportedProgram."""
-
-    def __init__(self, artifact: ModelArtifact, module: Any, exported: Any | None = None):
-        self.artifact = artifact
-        self.module = module
-        self._exported = exported
-
-    @property
-    def signature(self) -> Signature:
-        """The artifact's signature, settled when the model was opened: what every sample must fit."""
-        return self.artifact.signature
-
-    def example_args(self) -> tuple:
-        """Seeded example inputs that fit the signature (fresh, contiguous copies)."""
-        import torch
-
-        rng = np.random.default_rng(0)
-        args = []
-        for spec in self.signature.inputs:
-            if spec.dtype.startswith("float"):
-                arr = rng.standard_normal(spec.shape).astype(spec.dtype)
-            else:
-                arr = rng.integers(0, 2, spec.shape).astype(spec.dtype)
-            args.append(torch.from_numpy(arr.copy()))
-        return tuple(args)
-
-    def exported(self):
-        """The ExportedProgram: the loaded one for a .pt2, else torch.export of the module. ConversionFailed, the
-        same each time it is asked for, when torch.export cannot take the module (every target starts from it)."""
-        if isinstance(self._exported, ConversionFailed):
-            raise self._exported
-        if self._exported is None:
-            import torch
-
-            scripted = isinstance(self.module, torch.jit.ScriptModule)
-            try:
-                if scripted:
-                    # torch.export refuses ScriptModules and names this converter as the way across.
-                    from torch._export.converter import TS2EPConverter
-
-                    self._exported = TS2EPConverter(self.module, self.example_args()).convert()
-                else:
-                    self._exported = torch.export.export(self.module, self.example_args())
-            except EdgekitError:  # a time budget ran out meanwhile: not the model's failure
-                raise
-            except Exception as e:  # noqa: BLE001 - whatever torch.export raised is the message
-                root = e
-                while root.__cause__ is not None:
-                    root = root.__cause__
-                cause = f"{type(root).__name__}: {first_line(root)}"
-                self._exported = ConversionFailed(
-                    f"torch.export cannot take {'the TorchScript' if scripted else 'the'} model: "
-                    f"{type(e).__name__}: {first_line(e)}" + (f" ({cause})" if first_line(root) != first_line(e) else ""),
-                    fix=("a scripted model's control flow (prim::If, prim::Loop on values) does not convert: export the "
-                         "Python model with torch.export (torch.cond for a branch on values) and convert the .pt2, or "
-                         "convert its .onnx if it has one") if scripted else
-                        "make the model exportable (torch.export's error above), or convert its .onnx if it has one")
-                raise self._exported from e
-        return self._exported
-
-    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Run the module once on one sample; outputs flattened in order."""
-        import torch
-
-        args = [torch.from_numpy(np.array(feeds[s.name], copy=True)) for s in self.signature.inputs]
-        with torch.no_grad():
-            out = self.module(*args)
-        return [t.detach().cpu().numpy() for t in _flatten(out)]
-
-
-def _flatten(out: Any) -> list:
-    if isinstance(out, (list, tuple)):
-        return [t for o in out for t in _flatten(o)]
-    if isinstance(out, dict):
-        return [t for k in out for t in _flatten(out[k])]
-    return [out]
 
 
 def open_source(location: str, options: SourceOptions = SourceOptions(), say=lambda _msg: None) -> Source:
@@ -386,7 +239,7 @@ def _output_specs(module, sig: Signature, location: str) -> tuple[TensorSpec, ..
     args = [torch.zeros(s.shape, dtype=getattr(torch, s.dtype)) for s in sig.inputs]
     try:
         with torch.no_grad():
-            outs = _flatten(module(*args))
+            outs = flatten(module(*args))
     except Exception as e:
         raise BadInput(f"{location} does not run on zeros of its inputs {sig.describe()}: {type(e).__name__}: "
                        f"{first_line(e)}", fix="check the model runs in PyTorch on inputs of this shape") from None

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.core.errors import BadInput, reading
-from edgekit.core.quant import PRECISIONS
+from edgekit.core.quant import PRECISION_ALIASES, Precision
 from edgekit.core.verify import HIGHER_IS_BETTER, parse_output_kinds
 from edgekit.sources.loading import SourceOptions
 from edgekit.engine.deadline import DEFAULT_TIME_BUDGET
@@ -47,6 +47,11 @@ class ModelCheck:
     search: dict | None = None  # accuracy-aware int8 (edgekit.engine.search): {min_int8_share, max_steps}, or None
     output_kinds: dict = field(default_factory=dict)  # output name → kind (edgekit.core.verify.KINDS)
     time_budget: float | None = DEFAULT_TIME_BUDGET  # seconds each target may take (edgekit.engine.deadline); None: none
+
+    def pass_flags(self) -> dict[str, bool | None]:
+        """Each whole-model pass (edgekit.core.quant.PASSES, in their order) → this model's setting for it."""
+        return {"smooth_quant": self.smooth_quant, "bias_correction": self.bias_correction,
+                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations}
 
     def budget(self, precision: str) -> dict:
         """The limits for `precision`: the "*" budgets, overridden key by key by the precision's own."""
@@ -134,11 +139,8 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         raise BadInput(f"{where}.artifacts: not found: {', '.join(missing)}")
     if not artifacts and not strings("targets", []):
         raise BadInput(f"{where}.targets is empty", fix="list targets (tflite, executorch, onnx, ort, ptl) or all")
-    precisions = strings("precisions", ["fp32"])
-    bad = [p for p in precisions if p not in PRECISIONS]
-    if bad:
-        raise BadInput(f"{where}.precisions: unknown {bad}", fix=f"use {', '.join(PRECISIONS)}")
-    if "int8" in precisions and not m.get("calibration") and not artifacts:
+    precisions = [_precision(p, f"{where}.precisions") for p in strings("precisions", ["fp32"])]
+    if Precision.INT8 in precisions and not m.get("calibration") and not artifacts:
         raise BadInput(f"{where}: int8 needs 'calibration'", fix="point calibration at an .npz of real inputs")
     return ModelCheck(
         name=name, path=rel("path"), targets=strings("targets", []),
@@ -147,7 +149,7 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         bias_correction=_flag(m, "bias_correction", where, None), smooth_quant=_flag(m, "smooth_quant", where, None),
         int16_stem=_flag(m, "int16_stem", where), int16_activations=_flag(m, "int16_activations", where),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
-        search=_search(m.get("search"), where, "int8" in precisions), output_kinds=_output_kinds(m, where),
+        search=_search(m.get("search"), where, Precision.INT8 in precisions), output_kinds=_output_kinds(m, where),
         time_budget=_seconds(m, "time_budget", where, DEFAULT_TIME_BUDGET),
     )
 
@@ -157,6 +159,14 @@ def _seconds(m: dict, key: str, where: str, default: float) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise BadInput(f"{where}.{key}: {value!r} is not a number of seconds", fix=f"write {key} = 600 (0: no limit)")
     return float(value) or None
+
+
+def _precision(word, where: str) -> Precision:
+    """A precision of a check config, in the user's words (PRECISION_ALIASES); BadInput naming the key."""
+    try:
+        return Precision.parse(word)
+    except BadInput as e:
+        raise BadInput(f"{where}: {e.message}", fix=e.fix) from None
 
 
 def _method(m: dict, where: str) -> str | None:
@@ -211,10 +221,10 @@ def _budgets(raw, where: str) -> dict:
         raise BadInput(f"{where}.budgets must be a table")
     out: dict = {"*": {}}
     for key, value in raw.items():
-        if key in PRECISIONS:
+        if str(key).lower() in PRECISION_ALIASES:
             if not isinstance(value, dict):
                 raise BadInput(f"{where}.budgets.{key} must be a table")
-            out[key] = {LM_BUDGETS.get(k, k): _limit(k, v, f"{where}.budgets.{key}") for k, v in value.items()}
+            out[Precision.parse(key)] = {LM_BUDGETS.get(k, k): _limit(k, v, f"{where}.budgets.{key}") for k, v in value.items()}
         else:
             out["*"][LM_BUDGETS.get(key, key)] = _limit(key, value, f"{where}.budgets")
     return out

@@ -23,7 +23,7 @@ from edgekit.features.attribution import attribute
 from edgekit.features.bench import bench
 from edgekit.features.check.case import Case
 from edgekit.features.check.config import ModelCheck
-from edgekit.core.quant import PASSES
+from edgekit.core.quant import PASSES, Precision
 from edgekit.core.verify import HIGHER_IS_BETTER, INSPECTION_METRICS, Status
 from edgekit.features.check.config import LATENCY_BUDGETS
 from edgekit.features.check.workers import pool
@@ -70,7 +70,7 @@ def run_checks(models: tuple[ModelCheck, ...], out_dir: str, progress=None, attr
                   options.out_dir) as workers:
             # calibrating units and larger models first: they take longest
             judged = workers.map(run_unit, [(u, options) for u in todo],
-                                 priority=lambda args: (args[0].precision == "int8", size[args[0].model.name]))
+                                 priority=lambda args: (args[0].precision == Precision.INT8, size[args[0].model.name]))
             wanted = _attributions(models, judged, attribution)
             if executor == "ray":  # here, where the fp32 artifacts of every node were brought back
                 attributed = [attribute_case(m, c, options, f, None, progress) for m, c, f in wanted]
@@ -102,7 +102,7 @@ def units(models: tuple[ModelCheck, ...], seeds: dict, options: Options) -> list
                 groups.setdefault(route.steps[0].converter.name, []).append((target.name, i))
             for group in groups.values():
                 seeded = [seeds.get(f"{m.name} {t} {precision}") for t, _ in group]
-                if m.search is not None and precision == "int8" and any(seeded):
+                if m.search is not None and precision == Precision.INT8 and any(seeded):
                     # Each target starts from the layers its last baseline kept back: one unit per target.
                     out += [Unit(m, precision, (t,), s, (i,)) for (t, i), s in zip(group, seeded)]
                 else:
@@ -112,14 +112,14 @@ def units(models: tuple[ModelCheck, ...], seeds: dict, options: Options) -> list
 
 def request(m: ModelCheck, precision: str, options: Options, targets=None, seed=None):
     """The convert request of model `m` at `precision` (on `targets`, else the model's), started from `seed`."""
-    searching = m.search is not None and precision == "int8"
+    searching = m.search is not None and precision == Precision.INT8
     return build_request(
         m.path, targets or m.targets or ("all",), Path(options.out_dir) / m.name / precision, precision=precision,
         eval_data=m.eval, thresholds=_metric_limits(m.budget(precision)), output_kinds=m.output_kinds,
         time_budget=m.time_budget, source_options=m.source_options(options.trust),
-        calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == "int8" else None,
+        calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == Precision.INT8 else None,
         calib_method=m.calib_method,
-        **{p: _whole_model_pass(getattr(m, p), bool(seed and seed[p]), precision) for p in PASSES},
+        **{p: _whole_model_pass(on, bool(seed and seed[p]), precision) for p, on in m.pass_flags().items()},
         keep={o["layer"]: o["precision"] for o in (seed or {}).get("overrides", ())},
         **({"budgets": {k: v for k, v in m.budget(precision).items() if k in _OUTPUT_METRICS}, **m.search}
            if searching else {}),
@@ -132,7 +132,7 @@ def run_unit(unit: Unit, options: Options, sources=None, progress=None, cache=No
     if cache is None and options.cache:
         cache = ArtifactCache()
     if unit.precision is None:
-        result = verify_artifacts(request(m, "fp32", options), list(m.artifacts), lambda p: _metric_limits(m.budget(p)),
+        result = verify_artifacts(request(m, Precision.FP32, options), list(m.artifacts), lambda p: _metric_limits(m.budget(p)),
                                   progress, sources)
         return [_judge(m, r, result, r.artifact.precision) for r in result.artifacts]
     result = convert(request(m, unit.precision, options, unit.targets, unit.seed), progress, sources=sources, cache=cache)
@@ -144,7 +144,7 @@ def run_unit(unit: Unit, options: Options, sources=None, progress=None, cache=No
 def _attributions(models: tuple[ModelCheck, ...], judged: list[list[Case]], attribution: str) -> list[tuple]:
     """(model, case, its fp32 artifact's path or None) for every case whose layers are to be ranked."""
     cases = [c for unit in judged for c in unit]
-    floats = {(c.model, c.target): c.path for c in cases if c.precision == "fp32"}
+    floats = {(c.model, c.target): c.path for c in cases if c.precision == Precision.FP32}
     by_name = {m.name: m for m in models}
     return [(by_name[c.model], c, floats.get((c.model, c.target))) for c in cases if _wants_layers(c, attribution)]
 
@@ -164,7 +164,7 @@ _OUTPUT_METRICS = {k for k in HIGHER_IS_BETTER if k not in INSPECTION_METRICS}
 def _whole_model_pass(asked: bool | None, seeded: bool, precision: str) -> bool | None:
     """A whole-model pass (edgekit.core.quant.PASSES) of a case: on where the baseline's search kept it, else as
     the config asks (None: the default recipe, bias correction wherever the backend has it); int8 only."""
-    if precision != "int8":
+    if precision != Precision.INT8:
         return False
     return True if seeded else asked
 
@@ -191,12 +191,12 @@ def _judge(m: ModelCheck, r, result, precision: str) -> Case:
     if r.bytes > budget.get("max_bytes", float("inf")):
         reasons.append(f"size {r.bytes} bytes > budget {int(budget['max_bytes'])}")
     hashes = {"artifact": r.sha256, "model": result.source_sha256,
-              "calibration": _file_sha256(m.calibration) if m.calibration and precision == "int8" else None}
+              "calibration": _file_sha256(m.calibration) if m.calibration and precision == Precision.INT8 else None}
     meta = r.artifact.meta
     spec = meta.quantization
     return Case(m.name, r.target, precision, Status.FAIL if reasons else Status.PASS, tuple(reasons),
                 r.bytes, r.verdict.metrics, acc, r.artifact.path, meta.seconds or 0.0, hashes, dict(meta.tool_versions),
-                budget=budget, overrides=spec.overrides if spec else (), search=meta.search, **{p: bool(spec and getattr(spec, p)) for p in PASSES})
+                budget=budget, overrides=spec.overrides if spec else (), search=meta.search, **{p: bool(spec and spec.pass_flags()[p]) for p in PASSES})
 
 
 def _timed(models: tuple[ModelCheck, ...], cases: list[Case], progress=None) -> list[Case]:
@@ -206,9 +206,9 @@ def _timed(models: tuple[ModelCheck, ...], cases: list[Case], progress=None) -> 
     paths = [c.path for c in cases if c.model in wanted and c.path]
     if not paths:
         return cases
-    fp32 = {(c.model, c.target): c.path for c in cases if c.precision == "fp32" and c.path}
+    fp32 = {(c.model, c.target): c.path for c in cases if c.precision == Precision.FP32 and c.path}
     partners = {c.path: fp32[(c.model, c.target)] for c in cases
-                if c.precision != "fp32" and c.path and (c.model, c.target) in fp32}
+                if c.precision != Precision.FP32 and c.path and (c.model, c.target) in fp32}
     timed = bench(paths, threads=(1,), progress=progress, partners=partners).by_path()
     out = []
     for c in cases:
@@ -224,7 +224,7 @@ def _timed(models: tuple[ModelCheck, ...], cases: list[Case], progress=None) -> 
         if t["median_ms"] > budget.get("max_latency_ms", float("inf")):
             reasons.append(f"latency {t['median_ms']:.3g} ms (median at 1 thread, host CPU) > budget "
                            f"{budget['max_latency_ms']:g} ms")
-        if "min_int8_speedup" in budget and c.precision.startswith("int8"):
+        if "min_int8_speedup" in budget and c.precision in (Precision.INT8, Precision.INT8_DYNAMIC, Precision.INT8_WEIGHTS):
             if ratio is None:
                 reasons.append("min_int8_speedup needs the fp32 artifact of the same target: add fp32 to precisions")
             elif 1 / ratio < budget["min_int8_speedup"]:
@@ -236,7 +236,7 @@ def _timed(models: tuple[ModelCheck, ...], cases: list[Case], progress=None) -> 
 
 
 def _wants_layers(c: Case, attribution: str) -> bool:
-    return c.precision == "int8" and (attribution == "all" or (attribution == "failing" and c.status == Status.FAIL))
+    return c.precision == Precision.INT8 and (attribution == "all" or (attribution == "failing" and c.status == Status.FAIL))
 
 
 def attribute_case(m: ModelCheck, c: Case, options: Options, float_path: str | None, sources=None,

@@ -27,6 +27,7 @@ from pathlib import Path
 from edgekit.core.errors import BadInput, reading
 from edgekit.core.formats import NAME_PRECISIONS, artifact_files, detect, split_name
 from edgekit.core.inspection import duplicate_text, executed_text, need_text
+from edgekit.core.quant import Precision
 from edgekit.core.quiet import captured
 from edgekit.targets import TARGETS
 from edgekit.targets.inspection import inspect_artifact
@@ -210,10 +211,10 @@ def _measure(path: Path, fmt: str) -> ArtifactSize:
 
 def _link_fp32(sizes: list[ArtifactSize]) -> list[ArtifactSize]:
     """Attach to each non-fp32 artifact the fp32 artifact of the same folder, stem and format."""
-    fp32 = {(str(Path(a.path).resolve().parent), a.stem, a.format): a for a in sizes if a.precision == "fp32"}
+    fp32 = {(str(Path(a.path).resolve().parent), a.stem, a.format): a for a in sizes if a.precision == Precision.FP32}
     out = []
     for a in sizes:
-        if a.precision == "fp32":
+        if a.precision == Precision.FP32:
             out.append(a)
             continue
         key = (str(Path(a.path).resolve().parent), a.stem, a.format)

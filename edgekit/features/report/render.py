@@ -16,6 +16,7 @@ from rich.table import Table
 
 from edgekit.features.report.build import ArtifactSize, Report
 from edgekit.core.inspection import shape_text, shapes_text
+from edgekit.core.quant import Precision
 
 SCHEMA = "edgekit.report/1"
 TOP_OPS = 6  # op types shown in the compact (table, Markdown) views
@@ -115,7 +116,7 @@ SHAPES = SUMMARY_COLUMNS.index("I/O shapes")  # in the terminal, beside the ops 
 
 
 def _summary_row(a: ArtifactSize, name: str | None = None, ops: int = TOP_OPS) -> tuple[str, ...]:
-    prec = a.precision + ("" if a.precision_source == "name" or a.precision == "fp32" else " (inspected)")
+    prec = a.precision + ("" if a.precision_source == "name" or a.precision == Precision.FP32 else " (inspected)")
     return (name or a.path, a.format, prec, size_text(a.bytes), str(len(a.files)), ratio_text(a.ratio_to_fp32),
             ratio_text(a.ratio_to_lower_bound), f"{a.parameters:,}", dtypes_text(a), shapes_text(a.io_shapes),
             ops_text(a, ops))
