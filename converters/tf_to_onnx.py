@@ -10,6 +10,7 @@ from pathlib import Path
 from edgekit.core.artifact import ModelArtifact
 from edgekit.core.errors import ConversionFailed
 from edgekit.core.formats import onnx_files
+from edgekit.core.quant import Precision
 from edgekit.converters.base import ConvertContext, Converter
 
 OPSET = 17
@@ -21,7 +22,6 @@ OPSET = 17
 _V1_SCRIPT = """
 import json, sys
 from edgekit.core.process import die_with_parent
-from edgekit.core.quant import Precision
 die_with_parent()
 import tensorflow as tf
 from tf2onnx import convert, tf_loader
