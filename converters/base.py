@@ -95,6 +95,9 @@ class Converter:
     tools: ClassVar[tuple[str, ...]] = ()  # modules whose versions go in the report
     capabilities: ClassVar[Capabilities] = Capabilities()  # what its int8 can express (edgekit.core.quant)
     measures_before_lowering: ClassVar[bool] = False  # has quantized_outputs: auto ranks candidates without lowering
+    # has trace_layers: its int8 artifact runs as one opaque call (no intermediates to read), so per-layer drift is
+    # traced on the quantized model it lowers, rebuilt from the source
+    traces_from_source: ClassVar[bool] = False
 
     @classmethod
     def missing(cls) -> tuple[str, ...]:
@@ -121,6 +124,13 @@ class Converter:
         samples stacked) of `src` quantized as ctx.spec says, before it is lowered to the target format, so
         that `auto` can rank its candidates and lower only the one it keeps (their work shared through
         ctx.reuse). Call `measure` instead: that names the converter in failures."""
+        raise NotImplementedError
+
+    @classmethod
+    def trace_layers(cls, source: "Source", calibration: "SampleSet", spec: QuantSpec, inputs: dict) -> list:
+        """For a converter that `traces_from_source`: the layers of the int8 artifact it makes of `source` with
+        `spec` (calibrated on `calibration`), ranked by the SQNR they lose on `inputs`
+        (edgekit.core.drift.LayerDrift), traced on the quantized model it would lower."""
         raise NotImplementedError
 
     def measure(self, src: ModelArtifact, ctx: ConvertContext, samples: "SampleSet") -> list:

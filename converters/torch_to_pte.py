@@ -32,6 +32,7 @@ class TorchToPte(Converter):
     precisions = (Precision.FP32, Precision.FP16, Precision.INT8, Precision.INT8_DYNAMIC)
     capabilities = pt2e.CAPABILITIES
     measures_before_lowering = True  # auto ranks its candidates by their PT2E graphs (quantized_outputs)
+    traces_from_source = True  # a .pte runs as one XNNPACK call: its layers are traced on its PT2E graph
     extra = "executorch"
     cost = 1.0
     tools = ("torch", "executorch", "torchao")
@@ -62,6 +63,14 @@ class TorchToPte(Converter):
         kept = _kept_float(source.exported()) if precision.startswith("int8") else ()
         return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files),
                              meta=ArtifactMeta(outside_delegate=tuple(left_out), kept_float=kept))
+
+    @classmethod
+    def trace_layers(cls, source, calibration: SampleSet, spec, inputs: dict) -> list:
+        """The int8 .pte's layers ranked on `inputs`, traced on the PT2E graph it is lowered from
+        (edgekit.converters.pte_layers)."""
+        from edgekit.converters.pte_layers import trace  # local: pte_layers builds on this module
+
+        return trace(source, calibration, spec, inputs)
 
     def quantized_outputs(self, src: ModelArtifact, ctx: ConvertContext, samples: SampleSet) -> list:
         """The outputs on `samples` of the PT2E graph `convert` would lower for ctx.spec, in torch."""
@@ -211,7 +220,7 @@ def _failing_node(error: BaseException):
 def quantize_int8(source, calibration, spec):
     """The PT2E-quantized GraphModule a static int8 .pte of `source` is lowered from: XNNPACKQuantizer,
     symmetric int8 as `spec` (a QuantSpec) says, its method's activation observer, its float layers left
-    float, calibrated on `calibration`. Shared with edgekit.engine.pte_layers, which attributes drift on this
+    float, calibrated on `calibration`. Shared with edgekit.converters.pte_layers, which attributes drift on this
     very graph."""
     ctx = _unrolled(ConvertContext(source, Path(), calibration, spec))
     return pt2e_int8.quantized_graph(source.artifact, ctx, *_xnnpack(), "xnnpack")[1]

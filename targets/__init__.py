@@ -31,7 +31,7 @@ class ArtifactRunner(Protocol):
 class TargetBackend(Protocol):
     """What a format's package (edgekit.targets.<name>) provides; the package module itself is the backend.
     `trace_layers` is None where the format has no per-layer tracer of its own (a .pte's layers are traced by
-    edgekit.engine.pte_layers, which lowers the source again)."""
+    its converter, which quantizes the source again: edgekit.converters.base.Converter.trace_layers)."""
 
     Runner: Callable[[str, "Signature"], ArtifactRunner]  # the CPU runner class of an artifact file
     inspect_file: Callable[[str], "Inspection"]  # what the file holds (edgekit.targets.inspection)

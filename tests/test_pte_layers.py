@@ -9,7 +9,7 @@ import pytest
 from edgekit.core.drift import rank
 from edgekit.calibration.data import load_samples
 from edgekit.sources.loading import open_source
-from edgekit.engine import pte_layers
+from edgekit.converters import pte_layers
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL
 
 pytestmark = pytest.mark.slow

@@ -166,7 +166,8 @@ class TargetJob(Choosing):
         """The layers of the int8 `artifact` ranked (edgekit.engine.layers) on the first calibration samples against
         the float model it was made from (kept in `reference` for the next ranking). A model already ranked in
         this run (an .ort's int8 .onnx that the onnx target ranked) is not ranked again."""
-        if artifact.format != "pte" and target.backend.trace_layers is None:  # an .ort: trace its int8 .onnx
+        from_source = route.quantizing_step.converter.traces_from_source  # a .pte: traced by its converter
+        if not from_source and target.backend.trace_layers is None:  # an .ort: trace its int8 .onnx
             artifact = self.shared.quantized(route, spec, len(self.calib)) or artifact
         if artifact.path not in self.ranked:
             self.ranked[artifact.path] = self._ranking(route, artifact, spec, tmp, reference, say)
@@ -177,7 +178,7 @@ class TargetJob(Choosing):
         traced = self.calib.head(min(SAMPLES, len(self.calib)))
         say(f"ranking the layers of the model on {len(traced)} calibration samples")
         with captured():
-            if not reference and artifact.format != "pte":
+            if not reference and not route.quantizing_step.converter.traces_from_source:
                 made = self.shared.float_input(route)  # the very model the int8 one was made from
                 reference.append(made.path if made is not None and made.format == artifact.format
                                  else float_reference(self.source, artifact.format, tmp / "float", say))

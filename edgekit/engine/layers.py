@@ -1,6 +1,6 @@
 """Per-layer drift of an int8 artifact: traced in its runtime's child process against the float artifact
-of the same route (for .pte, the PT2E model rebuilt in this process), ranked (edgekit.core.drift) and
-named after the source model's layers."""
+of the same route (or, where the artifact runs as one opaque call, by its converter on the quantized model it
+lowers: Converter.trace_layers), ranked (edgekit.core.drift) and named after the source model's layers."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from edgekit.converters.base import ConvertContext
+from edgekit.converters.base import ConvertContext, Converter, converters
 from edgekit.converters.onnx_simplify import simplify
 from edgekit.core.drift import LayerDrift, from_json, keras_layer, module_path_from_location
+from edgekit.core.errors import EdgekitError
 from edgekit.core.quant import Precision
 from edgekit.engine.build import build
 from edgekit.engine.graph import Graph
-from edgekit.engine.pte_layers import trace
 from edgekit.engine.isolation import trace_layers_isolated
 
 SAMPLES = 32  # samples traced: every intermediate tensor of every sample is read
@@ -23,17 +23,34 @@ SAMPLES = 32  # samples traced: every intermediate tensor of every sample is rea
 def rank_layers(model, fmt: str, artifact_path: str, inputs: dict, *, calibration=None, spec=None,
                 float_path: str | None = None, gains: bool = False, say=lambda _msg: None) -> list[LayerDrift]:
     """The layers of the int8 artifact at `artifact_path`, converted from the opened source `model`,
-    ranked on `inputs` (see `attribute`). For .pte, the PT2E model is rebuilt from `calibration` (a
-    SampleSet) and `spec` (a QuantSpec: method and overrides); for the other formats the float
-    reference is `float_path`, or one converted here (`float_reference`). With `gains`, a tracer that can
-    (onnx) also measures what keeping each layer float gains the outputs, and ranks by that."""
-    if fmt == "pte":
-        return trace(model, calibration, spec, inputs)
+    ranked on `inputs` (see `attribute`). Where its converter traces it on the source (`source_tracer`: .pte),
+    the quantized model is rebuilt from `calibration` (a SampleSet) and `spec` (a QuantSpec: method and
+    overrides); for the other formats the float reference is `float_path`, or one converted here
+    (`float_reference`). With `gains`, a tracer that can (onnx) also measures what keeping each layer float
+    gains the outputs, and ranks by that."""
+    tracer = source_tracer(model.artifact.format, fmt)
+    if tracer is not None:
+        return tracer.trace_layers(model, calibration, spec, inputs)
     with tempfile.TemporaryDirectory(prefix="edgekit-float-") as tmp:
         float_path = _simplified(float_path or float_reference(model, fmt, tmp, say), fmt, tmp)
         ranked = from_json(trace_layers_isolated(fmt, float_path, artifact_path, model.artifact.signature, inputs,
                                                  gains=gains))
     return _renamed(ranked, _source_names(model))
+
+
+def source_tracer(source_format: str, fmt: str) -> type[Converter] | None:
+    """The converter that makes int8 `fmt` artifacts of a `source_format` model, where it traces their layers
+    on the source itself (Converter.traces_from_source); None where the artifact's runtime traces them."""
+    try:
+        step = Graph().route(source_format, fmt, Precision.INT8).quantizing_step
+    except EdgekitError:  # no int8 route: nothing of the kind to trace
+        return None
+    return step.converter if step is not None and step.converter.traces_from_source else None
+
+
+def source_traced_formats() -> frozenset[str]:
+    """The formats whose int8 artifacts are traced on the source by some converter (Converter.traces_from_source)."""
+    return frozenset(c.target for c in converters().values() if c.traces_from_source)
 
 
 def float_reference(model, fmt: str, folder, say=lambda _msg: None) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgekit.calibration import pt2e
 from edgekit.calibration.smooth_quant import applies as smooth_quant_applies
 from edgekit.calibration.data import load_samples
 from edgekit.calibration.sources import load_calibration
@@ -15,7 +14,8 @@ from edgekit.core.errors import BadInput
 from edgekit.core.formats import detect, split_name
 from edgekit.core.quant import Precision, QuantSpec
 from edgekit.core.quiet import captured
-from edgekit.engine.layers import SAMPLES, rank_layers
+from edgekit.converters.base import converters
+from edgekit.engine.layers import SAMPLES, rank_layers, source_traced_formats
 from edgekit.sources.loading import SourceOptions, open_source
 from edgekit.targets import TARGETS
 from edgekit.targets.inspection import inspect_artifact
@@ -23,9 +23,10 @@ from edgekit.targets.inspection import inspect_artifact
 
 def attributed(fmt: str) -> bool:
     """Whether artifacts of format `fmt` can be attributed: formats whose backend traces per-layer drift in
-    its runtime, and .pte (its PT2E model is rebuilt and traced in edgekit.engine.pte_layers: the .pte itself
-    runs as one XNNPACK call)."""
-    return fmt == "pte" or any(t.format == fmt and t.backend.trace_layers is not None for t in TARGETS.values())
+    its runtime, and those a converter traces on the source (.pte: the .pte itself runs as one XNNPACK call, so
+    its PT2E model is rebuilt and traced, Converter.trace_layers)."""
+    return fmt in source_traced_formats() or any(t.format == fmt and t.backend.trace_layers is not None
+                                                 for t in TARGETS.values())
 
 
 def attribute(artifact_path: str, source: str, *, source_options=None, eval_data: str | None = None,
@@ -46,17 +47,9 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
     if not attributed(fmt):
         raise BadInput(f"per-layer attribution is not available for .{fmt} artifacts",
                        fix=f"attribute the {'.onnx it was made from' if fmt == 'ort' else 'tflite, onnx or pte artifact'}")
-    if fmt == "pte":
-        if split_name(Path(artifact_path))[1] == Precision.INT8_DYNAMIC:
-            raise BadInput("per-layer attribution of a .pte rebuilds its static int8 PT2E model; "
-                           f"{Path(artifact_path).name} is int8-dynamic", fix="attribute the static int8 artifact")
-        if method not in pt2e.METHODS:
-            raise BadInput(f"attributing an ExecuTorch artifact needs the calibration method it was made with, "
-                           f"not {method!r}", fix=f"use one of {', '.join(pt2e.METHODS)} (the PT2E observers)")
-    if fmt == "pte" and calibration is None:
-        raise BadInput("attributing an ExecuTorch artifact needs its calibration data",
-                       fix="the .pte runs as one XNNPACK call, so the PT2E model is rebuilt from the source: "
-                           "pass the calibration data it was quantized with")
+    from_source = fmt in source_traced_formats()  # its int8 model is rebuilt from the source and traced
+    if from_source:
+        _check_rebuildable(fmt, artifact_path, method, calibration)
     with captured():
         int8_share = inspect_artifact(fmt, artifact_path).int8_weight_share
     if int8_share < 0.5:
@@ -75,12 +68,29 @@ def attribute(artifact_path: str, source: str, *, source_options=None, eval_data
                        fix="pass eval data (--eval data.npz) or the calibration data (--calib)")
     inputs = {k: v[:SAMPLES] for k, v in samples.inputs.items()}
     say(f"attributing drift in {Path(artifact_path).name} layer by layer on {len(next(iter(inputs.values())))} samples")
-    pte_calibration = None
-    if fmt == "pte":
-        pte_calibration = load_calibration(calibration, signature)[0]
+    rebuilt_on = load_calibration(calibration, signature)[0] if from_source else None
     if smooth_quant is None:
         smooth_quant = smooth_quant_applies(model)
     with captured():
-        return rank_layers(model, fmt, artifact_path, inputs, calibration=pte_calibration,
+        return rank_layers(model, fmt, artifact_path, inputs, calibration=rebuilt_on,
                            spec=QuantSpec(Precision.INT8, method, bias_correction=bias_correction, smooth_quant=smooth_quant),
                            float_path=float_path, gains=gains, say=say)
+
+
+def _check_rebuildable(fmt: str, artifact_path: str, method: str, calibration) -> None:
+    """BadInput unless the int8 model of an artifact traced on the source can be rebuilt as it was made: static
+    int8, a calibration method its converter has, and the calibration data."""
+    name = Path(artifact_path).name
+    if split_name(Path(artifact_path))[1] == Precision.INT8_DYNAMIC:
+        raise BadInput(f"per-layer attribution of a .{fmt} rebuilds its static int8 model from the source; {name} "
+                       "is int8-dynamic", fix="attribute the static int8 artifact")
+    methods = sorted({m for c in converters().values() if c.target == fmt and c.traces_from_source
+                      for m in c.capabilities.methods})
+    if method not in methods:
+        raise BadInput(f"attributing {name} needs the calibration method it was made with, not {method!r}",
+                       fix=f"use one of {', '.join(methods)} (the methods its converter calibrates with)")
+    if calibration is None:
+        raise BadInput(f"attributing {name} needs its calibration data",
+                       fix=f"a .{fmt} runs as one delegate call, so its int8 model is rebuilt from the source: "
+                           "pass the calibration data it was quantized with")
+

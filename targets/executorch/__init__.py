@@ -7,6 +7,6 @@ from edgekit.targets.executorch.runner import PteRunner as Runner
 from edgekit.targets.executorch.runner import lm_entry_points
 from edgekit.targets.executorch.runner import without_compiler as runtime_only
 
-trace_layers = None  # a .pte's layers are traced by edgekit.engine.pte_layers, which lowers the source again
+trace_layers = None  # a .pte's layers are traced by its converter on the source (Converter.trace_layers)
 
 __all__ = ["Runner", "inspect_file", "lm_entry_points", "open_timed", "runtime_only", "trace_layers"]
