@@ -2,7 +2,7 @@
 
 XNNPACK runs a .pte as one delegate call that keeps no intermediates, so the int8 side is the
 PT2E-quantized GraphModule the converter lowers (rebuilt with the same quantizer, calibration data
-and method, see edgekit.converters.torch_to_pte.quantize_int8) and the float side is the exported
+and method, edgekit.converters.torch_to_pte.quantize_int8, which hands it here) and the float side is the exported
 program it was quantized from. Both run node by node in torch.fx's Interpreter, one sample at a time.
 
 PT2E keeps the float graph's node names, so compute nodes are matched by name. Each one's int8
@@ -18,26 +18,16 @@ import operator
 
 import numpy as np
 
-from edgekit.converters.torch_to_pte import quantize_int8
 from edgekit.core.drift import SqnrSums, Traced, rank, sqnr_db
-from edgekit.core.quant import Precision, QuantSpec
 
 QDQ_NAMESPACES = frozenset({"quantized_decomposed", "torchao"})
 WEIGHTED = ("conv", "linear")  # ops whose args[1] is the weight
 BATCH_NORMS = {"batch_norm": 7, "_native_batch_norm_legit_no_training": 6}  # op → index of eps
 
 
-def quantized_module(source, calibration, spec):
-    """The PT2E-quantized GraphModule the int8 .pte is lowered from (same calls as torch_to_pte);
-    `spec` is a QuantSpec, or a calibration method's name for full int8."""
-    spec = QuantSpec(Precision.INT8, spec) if isinstance(spec, str) else spec
-    return quantize_int8(source, calibration, spec)
-
-
-def trace(source, calibration, spec, inputs: dict[str, np.ndarray]):
-    """The layers of the int8 .pte `source` converts to with `spec` (a QuantSpec or a method's
-    name), ranked by the SQNR they lose on `inputs`."""
-    quantized = quantized_module(source, calibration, spec)
+def trace(source, quantized, inputs: dict[str, np.ndarray]):
+    """The layers of the PT2E-quantized GraphModule `quantized` that an int8 .pte of `source` is lowered from,
+    ranked by the SQNR they lose on `inputs` against the source's exported program."""
     traced, sqnr = compare(source.exported().module(), quantized, inputs, source.signature.input_names)
     return rank(traced, sqnr)
 

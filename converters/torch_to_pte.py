@@ -15,10 +15,10 @@ from pathlib import Path
 from edgekit.core import io_params
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import ConversionFailed, first_line
-from edgekit.core.quant import Precision
+from edgekit.core.quant import Precision, QuantSpec
 from edgekit.calibration import pt2e, pt2e_statistics
 from edgekit.calibration.data import SampleSet
-from edgekit.converters import pt2e_int8, pte_partitions
+from edgekit.converters import pt2e_int8, pte_layers, pte_partitions
 from edgekit.converters.base import ConvertContext, Converter
 
 
@@ -67,10 +67,9 @@ class TorchToPte(Converter):
     @classmethod
     def trace_layers(cls, source, calibration: SampleSet, spec, inputs: dict) -> list:
         """The int8 .pte's layers ranked on `inputs`, traced on the PT2E graph it is lowered from
-        (edgekit.converters.pte_layers)."""
-        from edgekit.converters.pte_layers import trace  # local: pte_layers builds on this module
-
-        return trace(source, calibration, spec, inputs)
+        (edgekit.converters.pte_layers); `spec` a QuantSpec, or a calibration method's name for full int8."""
+        spec = QuantSpec(Precision.INT8, spec) if isinstance(spec, str) else spec
+        return pte_layers.trace(source, quantize_int8(source, calibration, spec), inputs)
 
     def quantized_outputs(self, src: ModelArtifact, ctx: ConvertContext, samples: SampleSet) -> list:
         """The outputs on `samples` of the PT2E graph `convert` would lower for ctx.spec, in torch."""
@@ -220,8 +219,8 @@ def _failing_node(error: BaseException):
 def quantize_int8(source, calibration, spec):
     """The PT2E-quantized GraphModule a static int8 .pte of `source` is lowered from: XNNPACKQuantizer,
     symmetric int8 as `spec` (a QuantSpec) says, its method's activation observer, its float layers left
-    float, calibrated on `calibration`. Shared with edgekit.converters.pte_layers, which attributes drift on this
-    very graph."""
+    float, calibrated on `calibration`. Per-layer drift is traced on this very graph
+    (trace_layers)."""
     ctx = _unrolled(ConvertContext(source, Path(), calibration, spec))
     return pt2e_int8.quantized_graph(source.artifact, ctx, *_xnnpack(), "xnnpack")[1]
 

@@ -10,6 +10,8 @@ from edgekit.core.drift import rank
 from edgekit.calibration.data import load_samples
 from edgekit.sources.loading import open_source
 from edgekit.converters import pte_layers
+from edgekit.converters.torch_to_pte import TorchToPte, quantize_int8
+from edgekit.core.quant import Precision, QuantSpec
 from tests.conftest import DIGITS, DIGITS_CALIB, DIGITS_EVAL
 
 pytestmark = pytest.mark.slow
@@ -31,7 +33,7 @@ def digits():
 
 def test_every_conv_and_linear_is_ranked_under_its_module_path(digits):
     source, calibration, inputs = digits
-    layers = pte_layers.trace(source, calibration, METHOD, inputs)
+    layers = TorchToPte.trace_layers(source, calibration, METHOD, inputs)
     by_layer = {d.layer: d for d in layers}
 
     for path, op in WEIGHTED.items():
@@ -51,7 +53,7 @@ def test_a_layer_with_damaged_weights_is_ranked_first(digits):
     import torch
 
     source, calibration, inputs = digits
-    quantized = pte_layers.quantized_module(source, calibration, METHOD)
+    quantized = quantize_int8(source, calibration, QuantSpec(Precision.INT8, METHOD))
     names = source.signature.input_names
 
     healthy = rank(*pte_layers.compare(source.exported().module(), quantized, inputs, names))
