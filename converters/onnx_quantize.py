@@ -30,7 +30,7 @@ import numpy as np
 
 from edgekit.calibration import onnx_bias_correction, onnx_statistics, smooth_quant
 from edgekit.core import io_params
-from edgekit.core.artifact import ArtifactMeta, ModelArtifact
+from edgekit.core.artifact import ArtifactMeta, ModelArtifact, OpsetUpgrade
 from edgekit.core.cpu import int8_products_saturate
 from edgekit.calibration.methods import mixed_scale
 from edgekit.converters import onnx_int8_types
@@ -337,7 +337,7 @@ def _at_least(opset: int, path: Path, work_dir: Path, name: str) -> tuple[Path, 
                 f"opset {opset} or later") from e
     out = work_dir / f"{path.stem}.opset{opset}.onnx"
     onnx.save(upgraded, str(out))
-    return out, {"from": before, "to": opset, "why": "per-channel int8 weights need DequantizeLinear's axis"}
+    return out, OpsetUpgrade(before, opset, "per-channel int8 weights need DequantizeLinear's axis")
 
 
 def loads_in_onnxruntime(path: Path, name: str) -> None:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from edgekit.core import io_params
-from edgekit.core.artifact import ArtifactMeta, ModelArtifact
+from edgekit.core.artifact import ArtifactMeta, LayerNote, ModelArtifact
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.core.quant import Precision, QuantSpec
 from edgekit.calibration import pt2e, pt2e_statistics
@@ -92,9 +92,9 @@ def _unrolled(ctx: ConvertContext) -> ConvertContext:
     return replace(ctx, source=pte_partitions.UnrolledSource(ctx.source))
 
 
-def _kept_float(program) -> tuple[dict, ...]:
+def _kept_float(program) -> tuple[LayerNote, ...]:
     """The recurrent layers an int8 .pte of `program` keeps float, with why: all of them when they unroll into
-    more than MAX_INT8_STEPS steps ({"layer", "op", "why"}); none otherwise."""
+    more than MAX_INT8_STEPS steps; none otherwise."""
     found = pte_partitions.recurrent_steps(program)
     total = sum(steps for _, _, steps in found)
     if total <= MAX_INT8_STEPS:
@@ -102,7 +102,7 @@ def _kept_float(program) -> tuple[dict, ...]:
     why = (f"its recurrent layers unroll into {total} steps, over the {MAX_INT8_STEPS} an int8 .pte quantizes: "
            f"XNNPACK lowers an int8 step in about 5 s, so {total} would take about {total * 5 // 60} min; they stay "
            "float, lowered as at fp32 (tflite and onnx quantize them at any length)")
-    return tuple({"layer": layer, "op": op, "why": why} for layer, op, _ in found)
+    return tuple(LayerNote(layer, op, why) for layer, op, _ in found)
 
 
 MAX_LEFT_OUT = 8  # layers lowering may leave out of the XNNPACK delegate before it gives up
@@ -119,16 +119,16 @@ def lower(program, recurrent: bool | None = None):
     pass on a PReLU after a Linear: "Attempting to convert non-NHWC compatible node to NHWC"). The node
     a failure was handling is found in the traceback; its layer's op is left out of the partition
     (ExecuTorch then decomposes it into ops its portable kernels run) and lowering is tried again.
-    Each layer left out is reported: {"layer", "op", "why"}.
+    Each layer left out is reported as a LayerNote.
     """
     from executorch.exir import to_edge_transform_and_lower
 
     # a recurrent layer's unrolled steps as one partition, not one each (see edgekit.converters.pte_partitions)
     recurrent = pte_partitions.is_recurrent(program) if recurrent is None else recurrent
     passes = [pte_partitions.delegable_views] if recurrent else None
-    left_out: list[dict] = []
+    left_out: list[LayerNote] = []
     while True:
-        skip = {(d["layer"], d["op"]) for d in left_out}
+        skip = {(d.layer, d.op) for d in left_out}
         try:
             return to_edge_transform_and_lower(program, transform_passes=passes,
                                                partitioner=[_partitioner(skip)]), left_out
@@ -145,7 +145,7 @@ def lower(program, recurrent: bool | None = None):
                                        + (f" (after leaving {len(left_out)} layer(s) out of the delegate)" if left_out else ""),
                                        converter="torch_to_pte",
                                        fix="try another target (edgekit graph lists them) or rewrite that layer") from e
-            left_out.append({"layer": key[0], "op": key[1], "why": why})
+            left_out.append(LayerNote(key[0], key[1], why))
 
 
 def _partitioner(skip: set[tuple[str, str]]):

@@ -23,7 +23,7 @@ import os
 import numpy as np
 import pytest
 
-from edgekit.core.artifact import ModelArtifact
+from edgekit.core.artifact import ArtifactMeta, LayerNote, ModelArtifact, OpsetUpgrade
 from edgekit.core.errors import ConversionFailed
 from edgekit.core.signature import Signature
 from edgekit.engine import isolation
@@ -344,3 +344,16 @@ def test_a_gemm_bias_of_shape_1_by_n_quantizes_to_onnx_int8(tmp_path):
     v = _artifacts(proc)[("onnx", "int8")]["verification"]
     assert v["status"] == "pass", v
     assert v["inspection"]["int8_weight_share"] > 0.5
+
+
+def test_the_layers_a_route_treated_apart_are_typed_and_survive_the_cache():
+    """What a converter notes (a layer left out of the delegate, a layer kept float, an opset upgrade) is typed
+    where it is made and read, and the same after the artifact cache's JSON; the result document's keys stay."""
+    meta = ArtifactMeta(outside_delegate=(LayerNote("prelu2", "prelu", "lowering failed"),),
+                        kept_float=(LayerNote("rnn", "lstm", "480 steps"), LayerNote("", "gru", "480 steps")),
+                        opset_upgrade=OpsetUpgrade(12, 13, "per-channel int8 weights need DequantizeLinear's axis"))
+    cached = json.loads(json.dumps(meta.to_json(everything=True)))
+    assert ArtifactMeta.from_json(cached) == meta
+    assert cached["kept_float"][1] == {"layer": "", "op": "gru", "why": "480 steps"}
+    assert cached["opset_upgrade"] == {"from": 12, "to": 13, "why": "per-channel int8 weights need DequantizeLinear's axis"}
+

@@ -229,15 +229,15 @@ def _render_notes(result, console: Console) -> None:
                               f"decode {speed['decode_tokens_per_s'] or 0:.0f} tokens/s, peak memory "
                               f"{speed['peak_memory_mib']:.0f} MiB[/dim]")
         for d in meta.outside_delegate:
-            console.print(f"    [yellow]note:[/yellow] layer {escape(d['layer'] or '(top)')} ({d['op']}) runs outside the "
-                          f"XNNPACK delegate, in portable kernels: the delegate's lowering failed on it ({escape(d['why'])})")
+            console.print(f"    [yellow]note:[/yellow] layer {escape(d.layer or '(top)')} ({d.op}) runs outside the "
+                          f"XNNPACK delegate, in portable kernels: the delegate's lowering failed on it ({escape(d.why)})")
         if meta.kept_float:
-            layers = ", ".join(f"{d['layer'] or '(top)'} ({d['op']})" for d in meta.kept_float)
-            console.print(f"    [yellow]note:[/yellow] kept float at int8: {escape(layers)}: {escape(meta.kept_float[0]['why'])}")
+            layers = ", ".join(f"{d.layer or '(top)'} ({d.op})" for d in meta.kept_float)
+            console.print(f"    [yellow]note:[/yellow] kept float at int8: {escape(layers)}: {escape(meta.kept_float[0].why)}")
         upgrade = meta.opset_upgrade
         if upgrade:
-            console.print(f"    [yellow]note:[/yellow] upgraded from ONNX opset {upgrade['from']} to {upgrade['to']}: "
-                          f"{upgrade['why']}")
+            console.print(f"    [yellow]note:[/yellow] upgraded from ONNX opset {upgrade.before} to {upgrade.after}: "
+                          f"{upgrade.why}")
         types = meta.int8_types
         if types and types.get("candidates"):
             console.print(f"    [dim]int8 types: {types['activations']} activations × {types['weights']} weights, "

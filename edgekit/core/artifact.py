@@ -92,6 +92,44 @@ class CalibrationRecord:
 
 
 @dataclass(frozen=True)
+class LayerNote:
+    """A layer an int8 route treated apart, and why: left out of a delegate by its lowering
+    (`ArtifactMeta.outside_delegate`) or kept float by design (`ArtifactMeta.kept_float`). `layer` is the
+    module path ("" for the model's top)."""
+
+    layer: str
+    op: str
+    why: str
+
+    def to_json(self) -> dict:
+        """{"layer", "op", "why"}."""
+        return {"layer": self.layer, "op": self.op, "why": self.why}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "LayerNote":
+        """Inverse of `to_json`."""
+        return cls(d["layer"], d["op"], d["why"])
+
+
+@dataclass(frozen=True)
+class OpsetUpgrade:
+    """An ONNX model upgraded to a later opset before quantization, and why."""
+
+    before: int
+    after: int
+    why: str
+
+    def to_json(self) -> dict:
+        """{"from", "to", "why"}."""
+        return {"from": self.before, "to": self.after, "why": self.why}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "OpsetUpgrade":
+        """Inverse of `to_json`."""
+        return cls(d["from"], d["to"], d["why"])
+
+
+@dataclass(frozen=True)
 class ArtifactMeta:
     """What the steps of a route learned about the artifact they made, typed; JSON only in a result's
     document and in the artifact cache (`to_json` / `from_json`). Records that are themselves reports
@@ -104,9 +142,9 @@ class ArtifactMeta:
     quantization: QuantSpec | None = None  # the int8 spec as made
     search: SearchRecord | None = None  # the accuracy-aware search's record (edgekit.engine.search)
     int8_types: Mapping | None = None  # an int8 ONNX model's activation and weight types
-    opset_upgrade: Mapping | None = None  # an ONNX model upgraded before quantization: from, to, why
-    outside_delegate: tuple[Mapping, ...] = ()  # .pte nodes left to the portable kernels
-    kept_float: tuple[Mapping, ...] = ()  # layers an int8 route left float by design, and why
+    opset_upgrade: OpsetUpgrade | None = None  # an ONNX model upgraded before quantization
+    outside_delegate: tuple[LayerNote, ...] = ()  # .pte layers left to the portable kernels
+    kept_float: tuple[LayerNote, ...] = ()  # layers an int8 route left float by design
     mobile_package: Mapping | None = None  # whether an .ort fits ONNX Runtime's mobile packages
     ort_format: Mapping | None = None  # how an .ort was optimized
     reused: tuple[Mapping, ...] = ()  # steps reused from another target's route in the same run
@@ -120,7 +158,8 @@ class ArtifactMeta:
             value = getattr(self, name)
             if value is None or value == ():
                 continue
-            out[name] = value.to_json() if hasattr(value, "to_json") else list(value) if isinstance(value, tuple) else value
+            out[name] = (value.to_json() if hasattr(value, "to_json") else value if not isinstance(value, tuple)
+                         else [v.to_json() if hasattr(v, "to_json") else v for v in value])
         return out
 
     @classmethod
@@ -128,9 +167,14 @@ class ArtifactMeta:
         """Inverse of `to_json(everything=True)`; keys that are not fields (another version's) are dropped."""
         known = {f.name for f in fields(cls)}
         values = {k: v for k, v in d.items() if k in known}
-        for name in ("route", "outside_delegate", "kept_float", "reused"):
+        for name in ("route", "reused"):
             if name in values:
                 values[name] = tuple(values[name])
+        for name in ("outside_delegate", "kept_float"):
+            if name in values:
+                values[name] = tuple(LayerNote.from_json(d) for d in values[name])
+        if values.get("opset_upgrade") is not None:
+            values["opset_upgrade"] = OpsetUpgrade.from_json(values["opset_upgrade"])
         if values.get("quantization") is not None:
             values["quantization"] = QuantSpec.from_json(values["quantization"])
         if values.get("calibration") is not None:
