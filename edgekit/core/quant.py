@@ -109,6 +109,21 @@ METHODS = tuple(m for m in Method if m is not Method.AUTO)
 BY_NAME_ONLY = (Method.MEAN_MINMAX,)
 
 
+class PassFlags:
+    """What a record with a flag per whole-model pass (PASSES: `smooth_quant`, `bias_correction`, `int16_stem`,
+    `int16_activations`) reads them through: a spec asks for them, a backend has them, a check config sets them."""
+
+    smooth_quant: bool | None
+    bias_correction: bool | None
+    int16_stem: bool
+    int16_activations: bool
+
+    def pass_flags(self) -> dict[str, bool | None]:
+        """Each whole-model pass, in PASSES' order → this record's flag for it (None: left to the default)."""
+        return {"smooth_quant": self.smooth_quant, "bias_correction": self.bias_correction,
+                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations}
+
+
 @dataclass(frozen=True)
 class LayerOverride:
     """One layer kept back from int8 (`--keep`), as `edgekit layers` names it, at one of FALLBACKS;
@@ -131,7 +146,7 @@ class LayerOverride:
 
 
 @dataclass(frozen=True)
-class QuantSpec:
+class QuantSpec(PassFlags):
     """What a converter is asked to make. Converters only ever see a spec settled for them
     (`for_backend`): a concrete method and bias correction on or off."""
 
@@ -186,11 +201,6 @@ class QuantSpec:
         return replace(self, method=method or self.method or capabilities.default_methods[0], bias_correction=bias,
                        smooth_quant=smooth)
 
-    def pass_flags(self) -> dict[str, bool | None]:
-        """Each whole-model pass (PASSES, in their order) → this spec's flag for it (None: the backend's default)."""
-        return {"smooth_quant": self.smooth_quant, "bias_correction": self.bias_correction,
-                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations}
-
     def passes_on(self) -> tuple[str, ...]:
         """The whole-model passes this spec turns on, in PASSES' order."""
         return tuple(name for name, on in self.pass_flags().items() if on)
@@ -231,7 +241,7 @@ class Lack:
 
 
 @dataclass(frozen=True)
-class Capabilities:
+class Capabilities(PassFlags):
     """What an int8 converter can express, declared by it and checked against a spec before any work."""
 
     methods: tuple[Method, ...] = ()  # calibration methods native to the backend
@@ -249,11 +259,6 @@ class Capabilities:
     def __post_init__(self):
         object.__setattr__(self, "methods", tuple(Method.parse(m) for m in self.methods))
         object.__setattr__(self, "default_methods", tuple(Method.parse(m) for m in self.default_methods))
-
-    def pass_flags(self) -> dict[str, bool]:
-        """Each whole-model pass (PASSES, in their order) → whether this backend has it."""
-        return {"smooth_quant": self.smooth_quant, "bias_correction": self.bias_correction,
-                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations}
 
     def passes(self) -> tuple[str, ...]:
         """The whole-model passes (PASSES) this backend has, in the order they are tried."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.core.errors import BadInput, reading
-from edgekit.core.quant import PRECISION_ALIASES, Precision
+from edgekit.core.quant import PRECISION_ALIASES, PassFlags, Precision
 from edgekit.core.verify import HIGHER_IS_BETTER, parse_output_kinds
 from edgekit.sources.loading import SourceOptions
 from edgekit.engine.deadline import DEFAULT_TIME_BUDGET
@@ -25,7 +25,7 @@ SEARCH_KEYS = {"min_int8_share", "max_steps"}
 
 
 @dataclass(frozen=True)
-class ModelCheck:
+class ModelCheck(PassFlags):
     """One [[models]] table, validated: paths resolved against the config's folder (import specs and `random`
     as given), `name` unique in the config (it is the model's folder under --out)."""
 
@@ -47,11 +47,6 @@ class ModelCheck:
     search: dict | None = None  # accuracy-aware int8 (edgekit.engine.search): {min_int8_share, max_steps}, or None
     output_kinds: dict = field(default_factory=dict)  # output name → kind (edgekit.core.verify.KINDS)
     time_budget: float | None = DEFAULT_TIME_BUDGET  # seconds each target may take (edgekit.engine.deadline); None: none
-
-    def pass_flags(self) -> dict[str, bool | None]:
-        """Each whole-model pass (edgekit.core.quant.PASSES, in their order) → this model's setting for it."""
-        return {"smooth_quant": self.smooth_quant, "bias_correction": self.bias_correction,
-                "int16_stem": self.int16_stem, "int16_activations": self.int16_activations}
 
     def budget(self, precision: str) -> dict:
         """The limits for `precision`: the "*" budgets, overridden key by key by the precision's own."""
