@@ -153,7 +153,7 @@ class Converter:
             seconds=round((src.meta.seconds or 0) + time.perf_counter() - started, 3),  # the whole route's
             tool_versions={**out.meta.tool_versions, **versions(self.tools)},
             route=(*(src.meta.route or (src.format,)), out.format),
-            **{k: getattr(src.meta, k) for k in CARRIED if getattr(out.meta, k) is None},
+            **{k: getattr(src.meta, k) for k in CARRIED if not getattr(out.meta, k)},
         )
 
     @contextmanager

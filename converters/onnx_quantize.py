@@ -30,10 +30,10 @@ import numpy as np
 
 from edgekit.calibration import onnx_bias_correction, onnx_statistics, smooth_quant
 from edgekit.core import io_params
-from edgekit.core.artifact import ArtifactMeta, ModelArtifact, OpsetUpgrade
+from edgekit.core.artifact import ArtifactMeta, LayerNote, ModelArtifact, OpsetUpgrade
 from edgekit.core.cpu import int8_products_saturate
 from edgekit.calibration.methods import mixed_scale
-from edgekit.converters import onnx_int8_types
+from edgekit.converters import onnx_int8_types, recurrent_input
 from edgekit.converters.onnx_simplify import simplify
 from edgekit.converters.onnx_score_heads import score_head_nodes, stem_activations
 from edgekit.core.errors import ConversionFailed, first_line
@@ -95,13 +95,16 @@ class OnnxQuantize(Converter):
             types = {"activations": "uint8", "weights": "uint8" if unsigned else "int8"}
             if unsigned:
                 types["why"] = SATURATES
+            kept = ()
         else:
-            types = self._static(prepared, out_path, src, ctx)
+            kept = _float_input_weights(prepared, src, ctx)
+            types = self._static(prepared, out_path, src, ctx, {w for w, _ in kept})
             if ctx.spec.int8_io:
                 files.append(str(_integer_io(out_path, src)))
+            kept = tuple(note for _, note in kept)
         prepared.unlink()
         loads_in_onnxruntime(out_path, Path(src.path).name)
-        meta = ArtifactMeta(int8_types=types, opset_upgrade=upgrade or None)
+        meta = ArtifactMeta(int8_types=types, opset_upgrade=upgrade or None, kept_float=kept)
         return ModelArtifact("onnx", str(out_path), src.signature, precision, files=tuple(files), meta=meta)
 
     def _prepared(self, src: ModelArtifact, prepared: Path, precision: str, ctx: ConvertContext) -> tuple[Path, dict | None]:
@@ -118,14 +121,17 @@ class OnnxQuantize(Converter):
         if per_channel:
             fixed, upgrade = _at_least(PER_CHANNEL_OPSET, fixed, ctx.work_dir, Path(src.path).name)
         _pre_process(fixed, prepared, ctx.work_dir)
+        _keep_metadata(fixed, prepared)  # its optimizer rebuilds nodes without the module paths that name layers
         simplify(prepared)  # exact, and one int8 rounding fewer per op it removes
         if ctx.reuse is not None:
             kept[key] = (shutil.copyfile(prepared, ctx.work_dir / "shared.pre.onnx"), upgrade)
         return prepared, upgrade
 
-    def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext) -> dict:
+    def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext,
+                float_weights: set[str]) -> dict:
         """Static int8 QDQ at `out_path` in the integer types onnx_int8_types chooses (once per run with
-        ctx.reuse: a search's steps keep the first conversion's pair); its `int8_types` record."""
+        ctx.reuse: a search's steps keep the first conversion's pair), the weights named in `float_weights`
+        kept float; its `int8_types` record."""
         from onnxruntime.quantization import save_tensors_data
 
         reader = _Reader(ctx.calibration, _graph_inputs(prepared, src))
@@ -140,13 +146,13 @@ class OnnxQuantize(Converter):
         shared = ctx.reuse.kept if ctx.reuse else {}
         if "int8 types" in shared:
             pair, record = shared["int8 types"]
-            self._quantized(prepared, out_path, (reader, ranges, cache, smoothed), ctx, pair)
+            self._quantized(prepared, out_path, (reader, ranges, cache, smoothed, float_weights), ctx, pair)
             return record
         pairs = onnx_int8_types.candidates(ctx.spec.int16_activations)
         made = [onnx_int8_types.Candidate(p, out_path if len(pairs) == 1 else ctx.work_dir / f"{out_path.stem}.{p.activations}.onnx")
                 for p in pairs]
         for c in made:
-            self._quantized(prepared, c.path, (reader, ranges, cache, smoothed), ctx, c.pair)
+            self._quantized(prepared, c.path, (reader, ranges, cache, smoothed, float_weights), ctx, c.pair)
         timed = None  # the kept pair against the float model, where it runs ops with no int8 kernel
         if len(made) == 1:
             pick, why = made[0], SATURATES if int8_products_saturate() else "every activation is int16"
@@ -168,11 +174,12 @@ class OnnxQuantize(Converter):
         return record
 
     def _quantized(self, prepared: Path, out_path: Path, calibrated: tuple, ctx: ConvertContext, pair) -> None:
-        """`prepared` quantized with its calibration (reader, ranges, the ranges' file, the smoothed nodes) in
-        `pair`'s types at `out_path`, bias-corrected as the spec says, kept nodes' weights stored int8."""
+        """`prepared` quantized with its calibration (reader, ranges, the ranges' file, the smoothed nodes, the
+        weights kept float) in `pair`'s types at `out_path`, bias-corrected as the spec says, kept nodes' weights
+        stored int8."""
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-        reader, ranges, cache, smoothed = calibrated
+        reader, ranges, cache, smoothed, float_weights = calibrated
         spec = ctx.spec
         layers = layer_nodes(prepared, spec.layers("float") + spec.layers("int16"))
         kept = [n.name for layer in spec.layers("float") for n in layers[layer]]
@@ -201,7 +208,7 @@ class OnnxQuantize(Converter):
         import onnx
 
         model = onnx.load(str(out_path))
-        int8_weights_only(model.graph, keep=set(kept))
+        int8_weights_only(model.graph, keep=set(kept), float_weights=float_weights)
         float_weights_stay_float(model.graph)
         onnx.save(model, str(out_path))
 
@@ -269,8 +276,9 @@ def activations(model: Path, nodes: list) -> list[str]:
 
 
 def _keep_metadata(prepared: Path, out_path: Path) -> None:
-    """Give the quantized model's nodes back the metadata of the nodes they came from (the module
-    path the exporter recorded, which names layers): with 16-bit overrides onnxruntime raises the
+    """Give the nodes of the model at `out_path` back the metadata of the nodes of the same name in
+    `prepared` (the module path the exporter recorded, which names layers): onnxruntime's pre-processing
+    optimizes the graph into new nodes without it, and with 16-bit overrides its quantizer raises the
     model to opset 21 and rebuilds its nodes without it."""
     import onnx
 
@@ -523,11 +531,29 @@ def _float_weights(node) -> list[tuple[str, int]]:
     return []
 
 
-def int8_weights_only(graph, keep: set[str] = frozenset()) -> None:
+def _float_input_weights(prepared: Path, src: ModelArtifact, ctx: ConvertContext) -> list[tuple[str, LayerNote]]:
+    """The input weights (W) of the recurrent layers that read the model's input and that int8 would move
+    (edgekit.converters.recurrent_input), outside the layers the spec keeps float whole: [(W's name, the
+    artifact's `kept_float` note)]; measured once per run (ctx.reuse)."""
+    import onnx
+
+    shared = ctx.reuse.kept if ctx.reuse else {}
+    if "float input weights" not in shared:
+        reader = _Reader(ctx.calibration, _graph_inputs(prepared, src))
+        found = recurrent_input.onnx_nodes(prepared, list(iter(reader.get_next, None)))
+        weights = {i.name for i in onnx.load(str(prepared), load_external_data=False).graph.initializer} if found else set()
+        shared["float input weights"] = [
+            (n.input[1], LayerNote(layer_name(n, [i for i in n.input if i in weights]), n.op_type,
+                                   recurrent_input.WHY.format(worst))) for n, worst in found]
+    return [(w, note) for w, note in shared["float input weights"] if note.layer not in ctx.spec.layers("float")]
+
+
+def int8_weights_only(graph, keep: set[str] = frozenset(), float_weights: set[str] = frozenset()) -> None:
     """Store the float weights that quantization left (MatMul/Gemm kept float, embedding tables,
     LSTM/GRU/RNN weights) as int8, per output channel or row, behind a DequantizeLinear: int8 in the
     file, float arithmetic at run time. The nodes named in `keep` (layers the spec keeps float) keep
-    float weights. Changes `graph` (an ONNX GraphProto) in place."""
+    float weights, and so do the weights named in `float_weights` (a recurrence's input weights:
+    edgekit.converters.recurrent_input). Changes `graph` (an ONNX GraphProto) in place."""
     from onnx import helper, numpy_helper
 
     inits = {i.name: i for i in graph.initializer}
@@ -535,6 +561,8 @@ def int8_weights_only(graph, keep: set[str] = frozenset()) -> None:
         if node.name in keep:
             continue
         for name, axis in _float_weights(node):
+            if name in float_weights:
+                continue
             w = numpy_helper.to_array(inits[name]) if name in inits else None
             if w is None or w.dtype != np.float32 or w.ndim != (3 if node.op_type in RECURRENT else 2):
                 continue

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
 from edgekit.calibration.tflite_io import float_io
-from edgekit.core.artifact import ModelArtifact
+from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.quant import Precision
 from edgekit.calibration import pt2e, pt2e_statistics
 from edgekit.calibration.data import SampleSet
-from edgekit.converters import pt2e_int8
+from edgekit.converters import pt2e_int8, recurrent_input
 from edgekit.converters.base import ConvertContext, Converter
 
 
@@ -38,6 +39,7 @@ class TorchToTflite(Converter):
         source = ctx.source
         module = int32_arg_max(source.exported().module())  # one export, shared with the other torch edges
         args = source.example_args()
+        kept = ()
         if precision == Precision.FP32:
             litert_torch.convert(module, args).export(str(out_path))
         elif precision == Precision.FP16:
@@ -59,9 +61,11 @@ class TorchToTflite(Converter):
             model.export(str(raw))
             if not dynamic and not ctx.spec.int8_io:
                 float_io(raw, raw)  # static int8 comes out with integer I/O
-            _int8_float_leftovers(raw, out_path)
+            kept = tuple(note for note in recurrent_input.torch_layers(source.exported(), ctx.calibration)
+                         if note.layer not in spec.layers("float")) if ctx.calibration else ()
+            _int8_float_leftovers(raw, out_path, float_input_projections=bool(kept), keep=spec.layers("float"))
             raw.unlink()
-        return ModelArtifact("tflite", str(out_path), src.signature, precision)
+        return ModelArtifact("tflite", str(out_path), src.signature, precision, meta=ArtifactMeta(kept_float=kept))
 
     def quantized_outputs(self, src: ModelArtifact, ctx: ConvertContext, samples: SampleSet) -> list:
         """The outputs on `samples` of the PT2E graph `convert` would lower for ctx.spec, in torch."""
@@ -126,19 +130,33 @@ def _strict_qdq(on: bool):
         api.ConvertToTFLConfig = plain
 
 
-def _int8_float_leftovers(path: Path, out_path: Path) -> None:
+def _int8_float_leftovers(path: Path, out_path: Path, float_input_projections: bool = False,
+                          keep: tuple[str, ...] = ()) -> None:
     """Give the weights that litert left float int8 storage, with ai-edge-quantizer: a
     FULLY_CONNECTED with a float output (edgekit keeps a transformer's residual stream float)
     becomes a hybrid int8-weight kernel, and an EMBEDDING_LOOKUP table int8 per row, read
-    as float. Ops that are already int8 are left as they are."""
-    from ai_edge_quantizer import qtyping
+    as float. Left as they are: ops that are already int8, the ops of the layers in `keep` (module
+    paths the spec keeps float), and with `float_input_projections` the FULLY_CONNECTED ops reading
+    the model's input (a recurrence's input weights: edgekit.converters.recurrent_input)."""
+    from ai_edge_quantizer import algorithm_manager, qtyping
     from ai_edge_quantizer import quantizer as aeq
 
     ops = qtyping.TFLOperationName
     quantizer = aeq.Quantizer(str(path))
     quantizer.add_dynamic_config(".*", ops.FULLY_CONNECTED, 8)
     quantizer.add_weight_only_config(".*", ops.EMBEDDING_LOOKUP, 8)
+    scopes = [f"^{re.escape(s)}$" for s in recurrent_input.tflite_scopes(path)] if float_input_projections else []
+    for regex in scopes + [_layer_scope(layer) for layer in keep]:
+        for op in (ops.FULLY_CONNECTED, ops.EMBEDDING_LOOKUP):
+            quantizer.update_quantization_recipe(regex, op, algorithm_key=algorithm_manager.AlgorithmName.NO_QUANTIZE)
     try:
         quantizer.quantize().export_model(str(out_path), overwrite=True)
     except Exception:  # noqa: BLE001 - a model it cannot rewrite keeps litert's output; inspection shows its float weights
         shutil.copyfile(path, out_path)
+
+
+def _layer_scope(layer: str) -> str:
+    """A regex matching the scope of the ops of the module at path `layer` ("encoder.rnn") in a .tflite litert
+    wrote: litert names an op's output tensors by its module stack, one `{class}_{last name}` per module
+    ("…/torch.nn.modules.container.Sequential_encoder/torch.nn.modules.rnn.LSTM_rnn;4")."""
+    return "(^|/)" + "/".join(f"[^/;]*_{re.escape(part)}" for part in layer.split(".")) + "[;/]"

@@ -358,6 +358,43 @@ def residual_chain() -> nn.Module:
     return ResidualChain().eval()
 
 
+POWER_BANDS, POWER_FRAMES = 24, 40
+_BAND_SCALES = np.geomspace(20, 0.002, POWER_BANDS).astype(np.float32)  # loud low bands, quiet high ones
+
+
+class PowerLSTM(nn.Module):
+    """A speaker-encoder-like recurrence over frames of band power (a spectrogram in linear power, as
+    Resemblyzer's LSTM reads): 2 LSTM layers, a linear head on the last step. Its first layer's input
+    weights are large on the quiet bands and small on the loud (as training leaves them), and its forget
+    gates open (the cell state carries over the frames): one int8 scale per gate row leaves the loud bands'
+    weights a few levels, and the cell state integrates their error."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lstm = nn.LSTM(POWER_BANDS, 48, num_layers=2, batch_first=True)
+        self.head = nn.Linear(48, 16)
+        with torch.no_grad():
+            self.lstm.weight_ih_l0.mul_(torch.from_numpy(0.3 / _BAND_SCALES))
+            self.lstm.bias_hh_l0[48:96] += 3  # the forget gates
+
+    def forward(self, frames: torch.Tensor) -> torch.Tensor:
+        _, (hidden, _) = self.lstm(frames)
+        return self.head(hidden[-1])
+
+
+def power_lstm() -> nn.Module:
+    return PowerLSTM().eval()
+
+
+def band_powers(n: int, seed: int) -> np.ndarray:
+    """n×POWER_FRAMES×POWER_BANDS frames of band power: exponential noise per band at each band's scale,
+    each clip at a loudness from -26 dB to 0 dB."""
+    rng = np.random.default_rng(seed)
+    power = rng.exponential(1.0, (n, POWER_FRAMES, POWER_BANDS)) * _BAND_SCALES * rng.uniform(0.05, 1, (n, 1, 1))
+    return power.astype(np.float32)
+
+
 def photo_crops(n: int, seed: int, size: int = 64) -> np.ndarray:
     """n×3×size×size crops of the photos scikit-image ships, scaled to 0..1."""
     from skimage import data

@@ -12,7 +12,7 @@ from edgekit.core.search_record import SearchRecord
 from edgekit.core.signature import Signature
 
 # Facts about a quantized ONNX model that the later steps of its route keep (an .ort made from it).
-CARRIED = ("int8_types", "opset_upgrade")
+CARRIED = ("int8_types", "opset_upgrade", "kept_float")
 # Reported in a result's JSON when a route recorded them, in this order (after route, tool versions,
 # seconds and calibration, which every result has).
 REPORTED = ("quantization", "int8_types", "opset_upgrade", "outside_delegate", "kept_float", "search", "mobile_package", "reused", "lm")
