@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import replace
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -540,7 +541,7 @@ def _float_input_weights(prepared: Path, src: ModelArtifact, ctx: ConvertContext
     shared = ctx.reuse.kept if ctx.reuse else {}
     if "float input weights" not in shared:
         reader = _Reader(ctx.calibration, _graph_inputs(prepared, src))
-        found = recurrent_input.onnx_nodes(prepared, list(iter(reader.get_next, None)))
+        found = recurrent_input.onnx_nodes(prepared, list(islice(iter(reader.get_next, None), recurrent_input.SAMPLES)))
         weights = {i.name for i in onnx.load(str(prepared), load_external_data=False).graph.initializer} if found else set()
         shared["float input weights"] = [
             (n.input[1], LayerNote(layer_name(n, [i for i in n.input if i in weights]), n.op_type,

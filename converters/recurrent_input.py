@@ -109,22 +109,12 @@ def onnx_nodes(model_path, feeds: list[dict]) -> list:
     import onnxruntime as ort
     from onnx import numpy_helper
 
-    model = onnx.load(str(model_path))
-    graph = model.graph
-    inputs = {i.name for i in graph.input} - {i.name for i in graph.initializer}
-    producer = {o: n for n in graph.node for o in n.output}
-    inits = {i.name: i for i in graph.initializer}
-    candidates = []
-    for node in graph.node:
-        if node.op_type not in _ONNX_RECURRENT or len(node.input) < 2 or node.input[1] not in inits:
-            continue
-        name = node.input[0]
-        while name in producer and producer[name].op_type in _ONNX_VIEWS:
-            name = producer[name].input[0]
-        if name in inputs:
-            candidates.append(node)
-    if not candidates:
+    names = _onnx_candidates(onnx.load(str(model_path), load_external_data=False).graph)
+    if not names:
         return []
+    model = onnx.load(str(model_path))  # now with its weights
+    inits = {i.name: i for i in model.graph.initializer}
+    candidates = [n for n in model.graph.node if n.name in names]
 
     def outputs() -> list[np.ndarray]:
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -141,6 +131,24 @@ def onnx_nodes(model_path, feeds: list[dict]) -> list:
         if worst is not None:
             found.append((node, worst))
     return found
+
+
+def _onnx_candidates(graph) -> set[str]:
+    """The names of the recurrent nodes of `graph` whose X is a graph input (through layout ops only) and whose
+    W is an initializer."""
+    inputs = {i.name for i in graph.input} - {i.name for i in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    inits = {i.name for i in graph.initializer}
+    names = set()
+    for node in graph.node:
+        if node.op_type not in _ONNX_RECURRENT or len(node.input) < 2 or node.input[1] not in inits:
+            continue
+        name = node.input[0]
+        while name in producer and producer[name].op_type in _ONNX_VIEWS:
+            name = producer[name].input[0]
+        if name in inputs:
+            names.add(node.name)
+    return names
 
 
 def tflite_scopes(path) -> list[str]:
