@@ -505,16 +505,17 @@ def _float_residual_stream(model, dynamic_act) -> None:
                     annotation.input_qspec_map[node.args[0]] = dynamic_act
 
 
-_ROOTS = ("sqrt.default", "rsqrt.default")
+_ROOTS = ("sqrt.default", "rsqrt.default", "log.default", "log10.default", "log2.default")
 _SUMS = ("add.Tensor", "add.Scalar", "sum.dim_IntList", "mean.dim", "mul.Tensor", "mul.Scalar", "div.Tensor",
-         "div.Scalar", "sub.Tensor")
+         "div.Scalar", "sub.Tensor", "clamp.default", "clamp_min.default", "maximum.default", "matmul.default",
+         "mm.default", "bmm.default")
 
 
 def _squared_stretches(model) -> list:
-    """The nodes from a squaring (`pow(x, 2)`, `x * x`, `square`) to the square root that undoes it,
-    root included, as edgekit.converters.onnx_quantize.squared_stretches finds them in an ONNX graph:
-    a power spectrum or a variance spans the square of its signal's dynamic range, which one int8
-    scale cannot hold."""
+    """The nodes from a squaring (`pow(x, 2)`, `x * x`, `square`) to the square root that undoes it or the
+    logarithm that compresses it (a log-mel spectrogram), root included, as
+    edgekit.converters.onnx_quantize.squared_stretches finds them in an ONNX graph: a power spectrum or a
+    variance spans the square of its signal's dynamic range, which one int8 scale cannot hold."""
     def squaring(node) -> bool:
         name = _name(node)
         if name == "pow.Tensor_Scalar":
@@ -531,7 +532,7 @@ def _squared_stretches(model) -> list:
             if squaring(node):
                 stretch.append(node)
                 found = True
-            elif _name(node) in _SUMS:
+            elif _name(node) in _SUMS or _name(node) in _LAYOUT:
                 stretch.append(node)
                 todo += [a for a in node.args if hasattr(a, "op")]
         if found:
@@ -539,6 +540,8 @@ def _squared_stretches(model) -> list:
     return out
 
 
+_LAYOUT = ("view.default", "reshape.default", "_unsafe_view.default", "permute.default", "transpose.int",
+           "squeeze.dim", "squeeze.dims", "unsqueeze.default", "flatten.using_ints", "clone.default")
 _MOVES = ("cat.default", "view.default", "reshape.default", "_unsafe_view.default", "permute.default",
           "transpose.int", "squeeze.dim", "squeeze.dims", "unsqueeze.default", "flatten.using_ints", "slice.Tensor",
           "split.Tensor", "split_with_sizes.default", "select.int", "clone.default", "expand.default")

@@ -188,7 +188,8 @@ class OnnxQuantize(Converter):
         if key in shared:  # the same quantization, made for a candidate without bias correction (or with it)
             shutil.copyfile(shared[key], out_path)
         else:
-            wide = list(ranges.data) if spec.int16_activations else [*stem_activations(prepared, spec.int16_stem), *(
+            wide = list(ranges.data) if spec.int16_activations else [*stem_activations(prepared, spec.int16_stem),
+                                                                      *_log_power_signal(prepared), *(
                 t for layer in spec.layers("int16") for t in activations(prepared, layers[layer]))]
             int16 = {t: [{"quant_type": QuantType.QInt16}] for t in wide}
             method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
@@ -274,6 +275,13 @@ def activations(model: Path, nodes: list) -> list[str]:
               if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
     weights = {i.name for i in graph.initializer}
     return sorted({t for n in nodes for t in (*n.input, *n.output) if t in floats and t not in weights})
+
+
+def _log_power_signal(model: Path) -> list[str]:
+    """`log_power_signal` of the ONNX model at `model`."""
+    import onnx
+
+    return log_power_signal(onnx.load(str(model), load_external_data=False).graph)
 
 
 def _keep_metadata(prepared: Path, out_path: Path) -> None:
@@ -476,14 +484,59 @@ def keep_float(model: Path) -> list[str]:
     return out + squared_stretches(graph) + score_head_nodes(graph)
 
 
-_SUMS = ("Add", "Sum", "ReduceMean", "ReduceSum", "Mul", "Div", "Sub")  # what a power goes through on its way to a root
+# what a power goes through on its way to a root or a logarithm: sums, means, scalings, a floor (Clip, Max),
+# weighted sums by a constant matrix (a mel filterbank's MatMul) and layout
+_SUMS = ("Add", "Sum", "ReduceMean", "ReduceSum", "Mul", "Div", "Sub", "Clip", "Max", "MatMul", "Gemm",
+         "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
 
 
 def squared_stretches(graph) -> list[str]:
-    """The nodes from a squaring (Pow by 2, or Mul of a tensor by itself) to the Sqrt that undoes it,
-    Sqrt included: a spectrum's power or a variance spans the square of its signal's dynamic range
-    (a 40 dB signal becomes an 80 dB power), which one int8 scale cannot hold: its quiet bins and
-    small variances round to zero. Found backwards from each Sqrt through sums, means and scalings."""
+    """The nodes from a squaring (Pow by 2, or Mul of a tensor by itself) to the Sqrt that undoes it or the
+    Log that compresses it (a log-mel spectrogram), that node included: a spectrum's power or a variance spans
+    the square of its signal's dynamic range (a 40 dB signal becomes an 80 dB power), which one int8 scale
+    cannot hold: its quiet bins and small variances round to zero, and a logarithm of zero is its floor
+    (openWakeWord's log-mel front end: int8 cosine 0.704). Found backwards from each Sqrt and Log through
+    sums, means, scalings, floors, weighted sums and layout."""
+    return [name for stretch, _ in _stretches(graph) for name in stretch]
+
+
+def log_power_signal(graph) -> list[str]:
+    """The float activations from a graph input to the squarings of a power whose logarithm is taken (a
+    log-mel front end reading audio), where that path is a front end only (framing, windowing, convolutions or
+    matmuls with constant weights, layout): a logarithm shows the signal's whole dynamic range, and an int8 scale
+    set by the loudest samples floors the quiet ones (openWakeWord's audio input: −34.7 dB at int8, its
+    log-mel cosine 0.921 with the power float). They are quantized in int16 (a16w8). None where the path
+    reaches the input through anything else."""
+    inits = {i.name for i in graph.initializer}
+    inputs = {i.name for i in graph.input} - inits
+    producer = {o: n for n in graph.node for o in n.output}
+    tensors: list[str] = []
+    for _, squarings in (s for s in _stretches(graph) if s[1] and s[1][0][1] == "Log"):
+        path, todo = [], [i for node, _ in squarings for i in node.input if i and i not in inits]
+        while todo:
+            name = todo.pop()
+            if name in path:
+                continue
+            path.append(name)
+            if name in inputs:
+                continue
+            node = producer.get(name)
+            if node is None or node.op_type not in _FRONT_END:
+                path = []
+                break
+            todo += [i for i in node.input if i and i not in inits and producer.get(i, node).op_type != "Constant"]
+        tensors += [t for t in path if t not in tensors]
+    return tensors
+
+
+# what a signal goes through on its way from the input to the squaring of its spectrum
+_FRONT_END = ("Conv", "MatMul", "Gemm", "Mul", "Pad", "Slice", "Split", "Unsqueeze", "Squeeze", "Reshape", "Transpose",
+              "Identity", "Cast", "Concat", "Gather")
+
+
+def _stretches(graph) -> list[tuple[list[str], list]]:
+    """Each stretch from squarings to the Sqrt or Log it reaches: (its node names, root first; [(squaring node,
+    root's op type)]), for the roots a squaring reaches."""
     from onnx import numpy_helper
 
     inits = {i.name: i for i in graph.initializer}
@@ -496,21 +549,21 @@ def squared_stretches(graph) -> list[str]:
             return False
         return float(np.asarray(numpy_helper.to_array(inits[node.input[1]])).ravel()[0]) == 2.0
 
-    out: list[str] = []
-    for root in (n for n in graph.node if n.op_type == "Sqrt"):
-        stretch, todo, found = [root.name], [root.input[0]], False
+    out = []
+    for root in (n for n in graph.node if n.op_type in ("Sqrt", "Log")):
+        stretch, todo, squarings = [root.name], [root.input[0]], []
         while todo:
             node = producer.get(todo.pop())
             if node is None or node.name in stretch:
                 continue
             if squaring(node):
                 stretch.append(node.name)
-                found = True
+                squarings.append((node, root.op_type))
             elif node.op_type in _SUMS:
                 stretch.append(node.name)
                 todo += [i for i in node.input if i and i not in inits]
-        if found:
-            out += stretch
+        if squarings:
+            out.append((stretch, squarings))
     return out
 
 

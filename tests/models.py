@@ -204,6 +204,29 @@ def spectrum_net() -> nn.Module:
     return SpectrumNet().eval()
 
 
+class LogMelNet(SpectrumNet):
+    """SpectrumNet's front end as a wake-word or speech model's is (openWakeWord's melspectrogram.onnx): the
+    power (no square root) summed into mel-like bands by a constant matrix, floored, in decibels; then a
+    convolution over the bands and a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(6)
+        self.register_buffer("bands", torch.rand(self.bins, 12) ** 4)
+        self.conv = nn.Conv1d(12, 16, 3, padding=1)
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        spec = torch.nn.functional.conv1d(audio, self.basis, stride=self.hop)
+        real, imag = spec[:, : self.bins], spec[:, self.bins:]
+        power = torch.matmul((real.pow(2) + imag.pow(2)).transpose(1, 2), self.bands)
+        decibels = 10 * torch.log10(torch.clamp(power, min=1e-10)).transpose(1, 2)
+        return self.fc(torch.relu(self.conv(decibels)).mean(dim=-1))
+
+
+def log_mel_net() -> nn.Module:
+    return LogMelNet().eval()
+
+
 class ScoreHeadNet(nn.Module):
     """A YOLO-style detector in miniature: a SiLU stem whose first conv has one loud channel (the stem's
     range is many times its bulk, as in a real detector's first stages), a body to stride 8, and per
