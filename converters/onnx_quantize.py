@@ -42,7 +42,7 @@ from edgekit.core.drift import keras_layer
 from edgekit.core.formats import onnx_dims, onnx_files
 from edgekit.converters.base import ConvertContext, Converter
 from edgekit.core.quant import Capabilities, Precision, unknown_layers
-from edgekit.targets.onnx.layers import layer_name
+from edgekit.targets.onnx.layers import NAME_SCOPES, layer_name
 
 
 SATURATES = "this CPU (x86-64 without VNNI) saturates onnxruntime's uint8 × int8 products"
@@ -285,16 +285,17 @@ def _log_power_signal(model: Path) -> list[str]:
 
 
 def _keep_metadata(prepared: Path, out_path: Path) -> None:
-    """Give the nodes of the model at `out_path` back the metadata of the nodes of the same name in
-    `prepared` (the module path the exporter recorded, which names layers): onnxruntime's pre-processing
-    optimizes the graph into new nodes without it, and with 16-bit overrides its quantizer raises the
-    model to opset 21 and rebuilds its nodes without it."""
+    """Give the nodes of the model at `out_path` back the module path the exporter recorded for the node of
+    the same name in `prepared` (NAME_SCOPES, which names layers; not the rest of its metadata, stack traces
+    that would grow the file): onnxruntime's pre-processing optimizes the graph into new nodes without it, and
+    with 16-bit overrides its quantizer raises the model to opset 21 and rebuilds its nodes without it."""
     import onnx
 
-    source = {n.name: n.metadata_props for n in onnx.load(str(prepared), load_external_data=False).graph.node}
+    source = {n.name: [p for p in n.metadata_props if p.key == NAME_SCOPES]
+              for n in onnx.load(str(prepared), load_external_data=False).graph.node}
     model = onnx.load(str(out_path))
     for node in model.graph.node:
-        if not node.metadata_props and source.get(node.name):
+        if not any(p.key == NAME_SCOPES for p in node.metadata_props) and source.get(node.name):
             node.metadata_props.extend(source[node.name])
     onnx.save(model, str(out_path))
 

@@ -27,6 +27,7 @@ from edgekit.core.signature import Signature
 from edgekit.targets.onnx.runner import OnnxRunner
 
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+NAME_SCOPES = "pkg.torch.onnx.name_scopes"  # the metadata key under which the torch exporter records module paths
 Q_INPUT, DQ_OUTPUT = "_QuantizeLinear_Input", "_DequantizeLinear_Output"
 
 
@@ -223,7 +224,7 @@ def layer_name(node, weight_names: list[str]) -> str:
     from features.0.0.weight, for a node the optimizer rebuilt, as when it folds a BatchNorm);
     else the node's output name."""
     meta = {p.key: p.value for p in node.metadata_props}
-    scopes = meta.get("pkg.torch.onnx.name_scopes")
+    scopes = meta.get(NAME_SCOPES)
     if scopes:
         try:
             names = ast.literal_eval(scopes)
