@@ -531,13 +531,41 @@ def _squared_stretches(model) -> list:
                 continue
             if squaring(node):
                 stretch.append(node)
-                found = True
+                found = found or _name(root) in _SQRTS or _reads_the_input(node.args[0])
             elif _name(node) in _SUMS or _name(node) in _LAYOUT:
                 stretch.append(node)
                 todo += [a for a in node.args if hasattr(a, "op")]
         if found:
             out += stretch
     return out
+
+
+_SQRTS = ("sqrt.default", "rsqrt.default")
+# what a signal goes through from the input to the squaring of its spectrum (a front end)
+_FRONT_END = ("conv1d.default", "conv2d.default", "linear.default", "matmul.default", "mm.default", "mul.Tensor",
+              "mul.Scalar", "pad.default", "constant_pad_nd.default", "slice.Tensor", "split.Tensor",
+              "split_with_sizes.default", "select.int", "unfold.default", "cat.default", "expand.default")
+
+
+def _reads_the_input(node) -> bool:
+    """Whether `node` is computed from the model's input through a front end only (_FRONT_END and layout ops):
+    a logarithm's stretch is kept float only where the power is the input signal's (a log-mel front end), as
+    edgekit.converters.onnx_quantize finds it; the log of a computed magnitude lost cosine kept float."""
+    todo, seen = [node], set()
+    while todo:
+        node = todo.pop()
+        if not hasattr(node, "op") or node in seen:
+            continue
+        seen.add(node)
+        if node.op == "placeholder":
+            continue
+        if node.op == "get_attr" or node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
+            todo += [a for a in node.args if hasattr(a, "op")] if node.op == "call_function" else []
+            continue
+        if _name(node) not in _FRONT_END and _name(node) not in _LAYOUT:
+            return False
+        todo += [a for a in node.args if hasattr(a, "op")]
+    return True
 
 
 _LAYOUT = ("view.default", "reshape.default", "_unsafe_view.default", "permute.default", "transpose.int",

@@ -501,32 +501,38 @@ def squared_stretches(graph) -> list[str]:
     return [name for stretch, _ in _stretches(graph) for name in stretch]
 
 
-def log_power_signal(graph) -> list[str]:
-    """The float activations from a graph input to the squarings of a power whose logarithm is taken (a
-    log-mel front end reading audio), where that path is a front end only (framing, windowing, convolutions or
-    matmuls with constant weights, layout): a logarithm shows the signal's whole dynamic range, and an int8 scale
-    set by the loudest samples floors the quiet ones (openWakeWord's audio input: −34.7 dB at int8, its
-    log-mel cosine 0.921 with the power float). They are quantized in int16 (a16w8). None where the path
-    reaches the input through anything else."""
+def _signal_path(graph, squarings: list) -> list[str]:
+    """The float activations from a graph input to `squarings` (their inputs included) when every node between
+    is a front end's (_FRONT_END: framing, windowing, convolutions or matmuls with constant weights, layout);
+    [] when the path reaches the input through anything else."""
     inits = {i.name for i in graph.initializer}
     inputs = {i.name for i in graph.input} - inits
     producer = {o: n for n in graph.node for o in n.output}
+    path, todo = [], [i for node in squarings for i in node.input if i and i not in inits]
+    while todo:
+        name = todo.pop()
+        if name in path:
+            continue
+        path.append(name)
+        if name in inputs:
+            continue
+        node = producer.get(name)
+        if node is None or node.op_type not in _FRONT_END:
+            return []
+        todo += [i for i in node.input if i and i not in inits and producer.get(i, node).op_type != "Constant"]
+    return path
+
+
+def log_power_signal(graph) -> list[str]:
+    """The float activations from a graph input to the squarings of a power whose logarithm is taken (a
+    log-mel front end reading audio), where that path is a front end only (`_signal_path`): a logarithm shows
+    the signal's whole dynamic range, and an int8 scale set by the loudest samples floors the quiet ones
+    (openWakeWord's audio input: −34.7 dB at int8, its log-mel cosine 0.921 with the power float). They are
+    quantized in int16 (a16w8)."""
     tensors: list[str] = []
-    for _, squarings in (s for s in _stretches(graph) if s[1] and s[1][0][1] == "Log"):
-        path, todo = [], [i for node, _ in squarings for i in node.input if i and i not in inits]
-        while todo:
-            name = todo.pop()
-            if name in path:
-                continue
-            path.append(name)
-            if name in inputs:
-                continue
-            node = producer.get(name)
-            if node is None or node.op_type not in _FRONT_END:
-                path = []
-                break
-            todo += [i for i in node.input if i and i not in inits and producer.get(i, node).op_type != "Constant"]
-        tensors += [t for t in path if t not in tensors]
+    for _, squarings in _stretches(graph):
+        if squarings[0][1] == "Log":
+            tensors += [t for t in _signal_path(graph, [node for node, _ in squarings]) if t not in tensors]
     return tensors
 
 
@@ -563,7 +569,9 @@ def _stretches(graph) -> list[tuple[list[str], list]]:
             elif node.op_type in _SUMS:
                 stretch.append(node.name)
                 todo += [i for i in node.input if i and i not in inits]
-        if squarings:
+        # a logarithm's stretch only where the power is the input signal's (a log-mel front end): the log of a
+        # computed magnitude (basic-pitch's normalized log of its CQT) lost 2 points of cosine kept float
+        if squarings and (root.op_type == "Sqrt" or _signal_path(graph, [node for node, _ in squarings])):
             out.append((stretch, squarings))
     return out
 
