@@ -557,12 +557,9 @@ def _reads_the_input(node) -> bool:
         if not hasattr(node, "op") or node in seen:
             continue
         seen.add(node)
-        if node.op == "placeholder":
+        if node.op in ("placeholder", "get_attr"):  # the input, or a constant (a window, a DFT basis)
             continue
-        if node.op == "get_attr" or node.op == "call_function" and getattr(node.target, "__name__", "") == "getitem":
-            todo += [a for a in node.args if hasattr(a, "op")] if node.op == "call_function" else []
-            continue
-        if _name(node) not in _FRONT_END and _name(node) not in _LAYOUT:
+        if getattr(node.target, "__name__", "") != "getitem" and _name(node) not in _FRONT_END + _LAYOUT:
             return False
         todo += [a for a in node.args if hasattr(a, "op")]
     return True
@@ -570,9 +567,8 @@ def _reads_the_input(node) -> bool:
 
 _LAYOUT = ("view.default", "reshape.default", "_unsafe_view.default", "permute.default", "transpose.int",
            "squeeze.dim", "squeeze.dims", "unsqueeze.default", "flatten.using_ints", "clone.default")
-_MOVES = ("cat.default", "view.default", "reshape.default", "_unsafe_view.default", "permute.default",
-          "transpose.int", "squeeze.dim", "squeeze.dims", "unsqueeze.default", "flatten.using_ints", "slice.Tensor",
-          "split.Tensor", "split_with_sizes.default", "select.int", "clone.default", "expand.default")
+_MOVES = _LAYOUT + ("cat.default", "slice.Tensor", "split.Tensor", "split_with_sizes.default", "select.int",
+                    "expand.default")
 _WRITERS = ("conv1d.default", "conv2d.default", "conv_transpose2d.input", "linear.default", "addmm.default", "mm.default")
 
 

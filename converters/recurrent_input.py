@@ -49,6 +49,7 @@ def moved(reference: list[np.ndarray], rounded_outputs: list[np.ndarray]) -> flo
     worst = min(cosine(r, o) for r, o in zip(reference, rounded_outputs))
     return worst if worst < TOLERANCE else None
 
+
 _TORCH_OPS = ("aten.lstm.input", "aten.gru.input", "aten.rnn_tanh.input", "aten.rnn_relu.input")
 _TORCH_VIEWS = ("permute", "transpose", "view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "contiguous",
                 "clone", "_to_copy", "expand")
