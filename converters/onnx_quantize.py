@@ -530,9 +530,8 @@ def log_power_signal(graph) -> list[str]:
     (openWakeWord's audio input: −34.7 dB at int8, its log-mel cosine 0.921 with the power float). They are
     quantized in int16 (a16w8)."""
     tensors: list[str] = []
-    for _, squarings in _stretches(graph):
-        if squarings[0][1] == "Log":
-            tensors += [t for t in _signal_path(graph, [node for node, _ in squarings]) if t not in tensors]
+    for _, signal in _stretches(graph):
+        tensors += [t for t in signal if t not in tensors]
     return tensors
 
 
@@ -541,9 +540,10 @@ _FRONT_END = ("Conv", "MatMul", "Gemm", "Mul", "Pad", "Slice", "Split", "Unsquee
               "Identity", "Cast", "Concat", "Gather")
 
 
-def _stretches(graph) -> list[tuple[list[str], list]]:
-    """Each stretch from squarings to the Sqrt or Log it reaches: (its node names, root first; [(squaring node,
-    root's op type)]), for the roots a squaring reaches."""
+def _stretches(graph) -> list[tuple[list[str], list[str]]]:
+    """Each stretch from squarings to the Sqrt or Log it reaches, for the roots a squaring reaches: (its node
+    names, root first; for a Log, the front end from the input to its squarings (`_signal_path`), without
+    which a Log's stretch is not one; [] for a Sqrt)."""
     from onnx import numpy_helper
 
     inits = {i.name: i for i in graph.initializer}
@@ -565,14 +565,15 @@ def _stretches(graph) -> list[tuple[list[str], list]]:
                 continue
             if squaring(node):
                 stretch.append(node.name)
-                squarings.append((node, root.op_type))
+                squarings.append(node)
             elif node.op_type in _SUMS:
                 stretch.append(node.name)
                 todo += [i for i in node.input if i and i not in inits]
         # a logarithm's stretch only where the power is the input signal's (a log-mel front end): the log of a
         # computed magnitude (basic-pitch's normalized log of its CQT) lost 2 points of cosine kept float
-        if squarings and (root.op_type == "Sqrt" or _signal_path(graph, [node for node, _ in squarings])):
-            out.append((stretch, squarings))
+        signal = _signal_path(graph, squarings) if squarings and root.op_type == "Log" else []
+        if squarings and (root.op_type == "Sqrt" or signal):
+            out.append((stretch, signal))
     return out
 
 
@@ -629,12 +630,7 @@ def int8_weights_only(graph, keep: set[str] = frozenset(), float_weights: set[st
             w = numpy_helper.to_array(inits[name]) if name in inits else None
             if w is None or w.dtype != np.float32 or w.ndim != (3 if node.op_type in RECURRENT else 2):
                 continue
-            reduce = tuple(a for a in range(w.ndim) if a != axis)
-            scale = np.max(np.abs(w), axis=reduce) / 127.0
-            scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
-            shape = [1] * w.ndim
-            shape[axis] = -1
-            q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+            q, scale = recurrent_input.per_channel_int8(w, axis)
             # Named the way onnxruntime's QDQ quantizer names a weight's tensors, which its QDQ
             # debugging tools (edgekit layers) match on.
             graph.initializer.remove(inits.pop(name))

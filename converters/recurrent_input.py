@@ -36,12 +36,23 @@ WHY = ("its input weights read the model's raw input, and int8 there alone moved
        "recurrent weights are int8")
 
 
-def rounded(weights: np.ndarray, axis: int) -> np.ndarray:
-    """`weights` rounded to symmetric int8 with one scale per index of `axis` (a gate row), back in float."""
+def per_channel_int8(weights: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """`weights` as symmetric int8 levels (±127) and one float32 scale per index of `axis` (max|w| / 127; 1 for
+    an all-zero channel): how edgekit stores a weight int8 (`onnx_quantize.int8_weights_only`)."""
     reduce = tuple(a for a in range(weights.ndim) if a != axis)
-    scale = np.max(np.abs(weights), axis=reduce, keepdims=True) / 127.0
-    scale = np.where(scale == 0, 1.0, scale)
-    return (np.clip(np.round(weights / scale), -127, 127) * scale).astype(weights.dtype)
+    scale = np.max(np.abs(weights), axis=reduce) / 127.0
+    scale = np.where(scale == 0, 1.0, scale).astype(np.float32)
+    shape = [1] * weights.ndim
+    shape[axis] = -1
+    return np.clip(np.round(weights / scale.reshape(shape)), -127, 127).astype(np.int8), scale
+
+
+def rounded(weights: np.ndarray, axis: int) -> np.ndarray:
+    """`weights` rounded to int8 as `per_channel_int8` stores them, back in float."""
+    levels, scale = per_channel_int8(weights, axis)
+    shape = [1] * weights.ndim
+    shape[axis] = -1
+    return (levels * scale.reshape(shape)).astype(weights.dtype)
 
 
 def moved(reference: list[np.ndarray], rounded_outputs: list[np.ndarray]) -> float | None:
@@ -110,12 +121,12 @@ def onnx_nodes(model_path, feeds: list[dict]) -> list:
     import onnxruntime as ort
     from onnx import numpy_helper
 
-    names = _onnx_candidates(onnx.load(str(model_path), load_external_data=False).graph)
-    if not names:
+    positions = _onnx_candidates(onnx.load(str(model_path), load_external_data=False).graph)
+    if not positions:
         return []
     model = onnx.load(str(model_path))  # now with its weights
     inits = {i.name: i for i in model.graph.initializer}
-    candidates = [n for n in model.graph.node if n.name in names]
+    candidates = [model.graph.node[i] for i in sorted(positions)]
 
     def outputs() -> list[np.ndarray]:
         session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -134,22 +145,22 @@ def onnx_nodes(model_path, feeds: list[dict]) -> list:
     return found
 
 
-def _onnx_candidates(graph) -> set[str]:
-    """The names of the recurrent nodes of `graph` whose X is a graph input (through layout ops only) and whose
-    W is an initializer."""
+def _onnx_candidates(graph) -> set[int]:
+    """The positions in `graph.node` of the recurrent nodes whose X is a graph input (through layout ops only)
+    and whose W is an initializer (positions, not names: a node's name may be empty)."""
     inputs = {i.name for i in graph.input} - {i.name for i in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output}
     inits = {i.name for i in graph.initializer}
-    names = set()
-    for node in graph.node:
+    found = set()
+    for position, node in enumerate(graph.node):
         if node.op_type not in _ONNX_RECURRENT or len(node.input) < 2 or node.input[1] not in inits:
             continue
         name = node.input[0]
         while name in producer and producer[name].op_type in _ONNX_VIEWS:
             name = producer[name].input[0]
         if name in inputs:
-            names.add(node.name)
-    return names
+            found.add(position)
+    return found
 
 
 def tflite_scopes(path) -> list[str]:
