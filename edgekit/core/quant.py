@@ -31,7 +31,7 @@ PASSES = {"smooth_quant": "SmoothQuant", "bias_correction": "bias correction",
           "int16_stem": "int16 activations at high resolution", "int16_activations": "int16 activations everywhere"}
 PASS_TARGETS = {"smooth_quant": "tflite from torch sources, executorch, onnx and ort",
                 "bias_correction": "tflite, executorch, onnx and ort",
-                "int16_stem": "onnx and ort", "int16_activations": "onnx and ort"}  # for messages: who has each pass
+                "int16_stem": "onnx and ort", "int16_activations": "onnx, ort and tflite from TensorFlow sources"}  # for messages: who has each pass
 CALIBRATION_PASSES = ("smooth_quant", "bias_correction")  # what `auto` combines with each method: no precision change
 GROUP_SIZES = (32, 64, 128, 256)  # the int4 block sizes every LM target runs (LiteRT's blockwise kernels)
 

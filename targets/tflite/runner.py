@@ -16,6 +16,12 @@ def _order(name: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else 0, name)
 
 
+def signature_keys(names, ours) -> list[str]:
+    """A signature's input `names` in the order of the source's inputs `ours`: the same names where the converter
+    kept them, else by their trailing numbers (litert-torch names inputs args_0, args_1, ...)."""
+    return list(ours) if set(ours) == set(names) else sorted(names, key=_order)
+
+
 class TfliteRunner:
     """A .tflite in the LiteRT interpreter on one thread, through its first signature when it has one.
     `keep_intermediates` keeps every tensor (for per-layer tracing) and so runs without the default delegate."""
@@ -33,10 +39,7 @@ class TfliteRunner:
         self.signature = signature
         if self.runner is not None:
             details = self.runner.get_input_details()
-            names = list(details)
-            ours = list(signature.input_names)
-            # litert-torch names inputs args_0, args_1, ...; other converters keep the source names.
-            self.keys = ours if set(ours) == set(names) else sorted(names, key=_order)
+            self.keys = signature_keys(list(details), list(signature.input_names))
             self.inputs = [details[k] for k in self.keys]
             outs = self.runner.get_output_details()
             self.out_keys = sorted(outs, key=_order)
