@@ -40,8 +40,9 @@ class TfToTflite(Converter):
     tools = ("tensorflow", "ai_edge_quantizer")
 
     def convert(self, src: ModelArtifact, out_path: Path, precision: str, ctx: ConvertContext) -> ModelArtifact:
-        """fp16 weights, int8-dynamic weights, or full int8 on built-in int8 kernels only (an op without one fails
-        the conversion), calibrated on ctx.calibration, with the spec's float layers, bias correction and int8 I/O.
+        """fp16 weights, int8-dynamic weights, or static int8 calibrated on ctx.calibration with the spec's method,
+        kept layers, passes and int8 I/O (an op ai-edge-quantizer has no int8 form for stays float, which the
+        inspection counts).
         A SavedModel that tf.saved_model.load cannot read (the source says which loader read it) goes through
         TensorFlow's v1 converter, which reads the serving signature's graph alone."""
         import tensorflow as tf
