@@ -7,6 +7,8 @@
 - A power between a squaring and its square root (a spectrum's magnitude, as a VAD's front end computes
   it), or its logarithm (a log-mel front end): kept float, where one int8 scale would zero its quiet bins.
 - LSTM weights, which onnxruntime's static quantizer leaves float: stored int8 (weight-only).
+- A squeeze-excite block's pooled means (MobileNetV3's, a segmenter's global-context gates): int16, where one
+  int8 scale set by the pooled map's few large activations rounds the means that gate every channel.
 - A recurrence reading raw band power (a speaker encoder's LSTM over a linear-power spectrogram): its input
   weights int8 alone moved the output, and the cell state carries the error; they stay float, named.
 - A residual add reading another (EfficientNet's repeated blocks), which litert-torch's quantizer did not
@@ -415,3 +417,48 @@ def test_the_layers_a_route_treated_apart_are_typed_and_survive_the_cache():
     assert cached["kept_float"][1] == {"layer": "", "op": "gru", "why": "480 steps"}
     assert cached["opset_upgrade"] == {"from": 12, "to": 13, "why": "per-channel int8 weights need DequantizeLinear's axis"}
 
+
+
+def _squeeze_excite_graph():
+    """A conv stage with a hard-swish, a squeeze-excite block gating it (pool, bottleneck, hard-sigmoid, Mul),
+    and a classifier head whose own pool gates nothing."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.normal(0, s, shape).astype(np.float32), name) for name, shape, s in (
+        ("w", (16, 1, 3, 3), 0.5), ("w1", (4, 16, 1, 1), 0.3), ("w2", (16, 4, 1, 1), 0.3), ("head_w", (16, 10), 0.3))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("HardSwish", ["c"], ["h"], name="hswish"),
+             helper.make_node("GlobalAveragePool", ["h"], ["p"], name="se_pool"),
+             helper.make_node("Conv", ["p", "w1"], ["s1"], name="se_reduce"),
+             helper.make_node("Relu", ["s1"], ["s2"], name="se_relu"),
+             helper.make_node("Conv", ["s2", "w2"], ["s3"], name="se_expand"),
+             helper.make_node("HardSigmoid", ["s3"], ["gate"], name="se_gate"),
+             helper.make_node("Mul", ["h", "gate"], ["excited"], name="se_mul"),
+             helper.make_node("GlobalAveragePool", ["excited"], ["pooled"], name="head_pool"),
+             helper.make_node("Flatten", ["pooled"], ["flat"], name="flatten"),
+             helper.make_node("MatMul", ["flat", "head_w"], ["logits"], name="head")]
+    return helper.make_graph(nodes, "se", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
+                             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], weights)
+
+
+def test_a_squeeze_excite_pool_is_found_and_a_classifier_pool_is_not():
+    from edgekit.converters.onnx_quantize import squeeze_excite_pools
+
+    assert squeeze_excite_pools(_squeeze_excite_graph()) == ["h", "p"]
+
+
+@pytest.mark.slow
+def test_a_squeeze_excite_pool_is_quantized_in_int16(tmp_path):
+    import onnx
+    from onnx import helper
+
+    model = tmp_path / "se.onnx"
+    onnx.save(helper.make_model(_squeeze_excite_graph(), opset_imports=[helper.make_opsetid("", 17)]), model)
+    digits = np.load(DIGITS_CALIB)
+    [images] = digits.values()
+    np.savez(tmp_path / "calib.npz", x=images[:64].reshape(64, 1, 1, 8, 8))
+    proc = run_cli("convert", model, "-t", "onnx", "--int8", "--calib", tmp_path / "calib.npz", "-o", tmp_path / "out",
+                   "--json", "--no-cache")
+    inspection = _artifacts(proc)[("onnx", "int8")]["verification"]["inspection"]
+    assert "GlobalAveragePool ×1 (int16)" in inspection["float_ops"], inspection["float_ops"]
