@@ -544,12 +544,13 @@ _POOLS = ("GlobalAveragePool", "ReduceMean", "AveragePool")
 
 
 def squeeze_excite_pools(graph) -> list[str]:
-    """The input and output of each pooling whose mean, through a bottleneck and a sigmoid, gates a feature map
-    channel by channel (squeeze-excite: MobileNetV3, EfficientNet, PP-LCNet; and a decoder's global-context
-    gate, whose pool reads another map than the one it gates), quantized in int16 (a16w8). The pooled means of
-    a hard-swish or ReLU map are small beside the few large activations that set its int8 scale, and every
-    channel of the gated map carries their rounding (mediapipe's selfie segmenter: int8 cosine 0.963, 0.988
-    with its pools at int16)."""
+    """The input of each pooling whose mean, through a bottleneck and a sigmoid, gates a feature map channel by
+    channel (squeeze-excite: MobileNetV3, EfficientNet, PP-LCNet; and a decoder's global-context gate, whose
+    pool reads another map than the one it gates), quantized in int16 (a16w8). The int8 scale of a hard-swish or
+    ReLU map is set by its few large activations, so its many small values round to a step or to zero and their
+    mean, which every gate multiplies a whole channel by, is biased (mediapipe's selfie segmenter: int8 cosine
+    0.963, 0.988 with its pools' inputs at int16; their outputs at int16 as well changed nothing, and kept the
+    bottleneck's convolutions from their int8 kernels)."""
     producer = {o: n for n in graph.node for o in n.output}
     weights = {i.name for i in graph.initializer}
     consumers: dict[str, list] = {}
@@ -570,7 +571,7 @@ def squeeze_excite_pools(graph) -> list[str]:
                     continue
                 seen.add(node.name)
                 if gated and node.op_type == "Mul" and not all(constant(i) for i in node.input if i != name):
-                    tensors += [t for t in (pool.input[0], pool.output[0]) if t not in tensors]
+                    tensors += [pool.input[0]] if pool.input[0] not in tensors else []
                     todo = []
                     break
                 if node.op_type in _GATE:

@@ -445,7 +445,7 @@ def _squeeze_excite_graph():
 def test_a_squeeze_excite_pool_is_found_and_a_classifier_pool_is_not():
     from edgekit.converters.onnx_quantize import squeeze_excite_pools
 
-    assert squeeze_excite_pools(_squeeze_excite_graph()) == ["h", "p"]
+    assert squeeze_excite_pools(_squeeze_excite_graph()) == ["h"]
 
 
 @pytest.mark.slow

@@ -97,6 +97,7 @@ def test_a_request_leaves_smooth_quant_and_the_onnx_method_to_the_default_unless
     none on a backend with one default method."""
     from edgekit.converters.onnx_quantize import OnnxQuantize
     from edgekit.converters.tf_to_tflite import TfToTflite
+    from edgekit.converters.torch_to_pte import TorchToPte
     from edgekit.engine.request import build_request
 
     default = build_request("m.onnx", ("onnx",), precision="int8")
@@ -104,7 +105,8 @@ def test_a_request_leaves_smooth_quant_and_the_onnx_method_to_the_default_unless
     assert build_request("m.onnx", ("onnx",), precision="int8", smooth_quant=False).spec_for(
         OnnxQuantize, smoothable=True).smooth_quant is False
     assert default.default_choice(OnnxQuantize) == ("minmax", "mean-minmax")
-    assert default.default_choice(TfToTflite) == ()
+    assert default.default_choice(TfToTflite) == ("minmax", "mean-minmax")
+    assert default.default_choice(TorchToPte) == ()
     assert build_request("m.onnx", ("onnx",), precision="int8", calib_method="minmax").default_choice(OnnxQuantize) == ()
 
 

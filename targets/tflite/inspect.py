@@ -24,95 +24,19 @@ DUPLICATE_MIN_BYTES = 1024  # smaller equal constants (zero biases, scalars) are
 
 
 def inspect(path: str) -> Inspection:
-    from ai_edge_litert import schema_py_generated as fb
+    """The file at `path` as LiteRT reads it: its constants by dtype (`_constants`), every compute op with the
+    kernel mode its operand types select (`_ops`), its inputs, outputs and signatures, and what the interpreter
+    with its default XNNPACK delegate runs of a quantized file (`executed`)."""
     from ai_edge_litert.tools import flatbuffer_utils as fbu
 
     # read_model also loads buffers stored after the flatbuffer (offset/size, as in >2 GB models).
     # It may renumber buffers, so tensor.buffer is only meaningful against this object.
-    model = fbu.read_model(path)
-    dtype_names = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
-    op_names = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
-
-    def op_type(op) -> str:
-        oc = model.operatorCodes[op.opcodeIndex]
-        code = max(oc.builtinCode, oc.deprecatedBuiltinCode)  # codes < 127 may sit in the deprecated field
-        if code == fb.BuiltinOperator.CUSTOM:
-            return "CUSTOM:" + (oc.customCode.decode() if oc.customCode else "?")
-        return op_names.get(code, str(code))
-
-    def const_bytes(t) -> int:
-        b = model.buffers[t.buffer] if t.buffer < len(model.buffers) else None
-        if b is None:
-            return 0
-        return len(b.data) if b.data is not None else int(b.size or 0)
-
-    def dtype(t) -> str:
-        return dtype_names.get(t.type, str(t.type))
-
-    def dequantized_int8_const(p, T) -> bool:  # p: the op producing an input, or None
-        if p is None or op_type(p) != "DEQUANTIZE":
-            return False
-        src = T[p.inputs[0]]
-        return bool(const_bytes(src)) and dtype(src) in INT8_FAMILY
-
-    weights: collections.Counter = collections.Counter()
-    seen_buffers: set[int] = set()
-    by_content: dict = collections.defaultdict(list)  # the same constant values (up to sign) in different buffers
-    tensors, ops, op_counts = [], [], collections.Counter()
-    notes, uses, used = [], [], {}  # used: the buffers of `uses` → the role they were counted in
-    for si, sg in enumerate(model.subgraphs):
-        T = sg.tensors
-        for t in T:
-            n = const_bytes(t)
-            if not n:
-                continue
-            if t.buffer not in seen_buffers:  # several tensors may share one buffer: count it once
-                seen_buffers.add(t.buffer)
-                data = model.buffers[t.buffer].data
-                if data is not None and n >= DUPLICATE_MIN_BYTES:
-                    by_content[(dtype(t), _values_key(data, dtype(t)))].append((t.name.decode(), n))
-                weights[dtype(t)] += n
-                tensors.append({"name": t.name.decode(), "dtype": dtype(t),
-                                "shape": list(t.shape if t.shape is not None else []), "bytes": n})
-        producer = {o: op for op in sg.operators for o in op.outputs}
-        for oi, op in enumerate(sg.operators):
-            ty = op_type(op)
-            op_counts[ty] += 1
-            read = op.inputs[LOOKUP_TABLE[ty]] if ty in LOOKUP_TABLE else op.inputs[1] if ty in MAC_OPS else -1
-            role = "lookup" if ty in LOOKUP_TABLE else "matmul"
-            if read >= 0 and read in producer and op_type(producer[read]) == "DEQUANTIZE":  # weight-only: the stored one
-                read = producer[read].inputs[0]
-            if read >= 0 and const_bytes(T[read]) and T[read].buffer not in used:
-                used[T[read].buffer] = role
-                uses.append({"role": role, "dtype": dtype(T[read]),
-                             "dims": list(T[read].shape), "bytes": const_bytes(T[read]),
-                             "scheme": _scheme(T[read].quantization)})
-            elif read >= 0 and used.get(T[read].buffer) == "lookup" and role == "matmul":  # a tied LM head
-                used[T[read].buffer] = "both"
-                uses.append({"role": "matmul", "dtype": dtype(T[read]), "dims": list(T[read].shape), "bytes": 0,
-                             "scheme": "shared with the embedding"})
-            if ty in DATA_OPS:
-                continue
-            inputs = [i for i in op.inputs if i >= 0]  # -1: optional input left out
-            acts = {dtype(T[i]) for i in inputs if not const_bytes(T[i])}
-            consts = {dtype(T[i]) for i in inputs if const_bytes(T[i])}
-            if acts & {"int8", "uint8"}:
-                mode = "int8"
-            elif "int16" in acts:
-                mode = "int16"
-            elif (acts & FLOATS or not acts) and consts & INT8_FAMILY:
-                mode = "dynamic"  # hybrid kernel: float activations, int8/int4 weights, int8 GEMM
-            elif any(dequantized_int8_const(producer.get(i), T) for i in inputs):
-                mode = "weight_only"  # DEQUANTIZE(int8 constant) feeds a float kernel
-            else:
-                mode = "float"
-            ops.append(OpInfo(ty, mode, f"subgraph{si}:op{oi}"))
-        if any(op_type(op) == "STABLEHLO_COMPOSITE" for op in sg.operators):
-            notes.append("STABLEHLO_COMPOSITE ops found: their decomposition subgraphs are counted as well")
-
-    main = model.subgraphs[0]
-    io = {"inputs": [dtype(main.tensors[i]) for i in main.inputs],
-          "outputs": [dtype(main.tensors[i]) for i in main.outputs]}
+    model = _Model(fbu.read_model(path))
+    weights, tensors, duplicates = _constants(model)
+    ops, op_counts, uses, notes = _ops(model)
+    main = model.model.subgraphs[0]
+    io = {"inputs": [model.dtype(main.tensors[i]) for i in main.inputs],
+          "outputs": [model.dtype(main.tensors[i]) for i in main.outputs]}
     shapes = {k: [_io_shape(main.tensors[i]) for i in idx] for k, idx in (("inputs", main.inputs), ("outputs", main.outputs))}
     if any(o.mode == "dynamic" for o in ops):
         notes.append("dynamic-range (hybrid) ops: int8/int4 weights, activations quantized on the fly, float outputs")
@@ -120,19 +44,132 @@ def inspect(path: str) -> Inspection:
         notes.append("weight-only ops: int8 weights are dequantized and the kernel runs in float")
     if any(d in ("int8", "uint8") for d in io["inputs"]):
         notes.append("integer model inputs: callers must quantize with the input tensor's scale and zero point")
-    duplicates = [{"bytes": copies[0][1], "tensors": [name for name, _ in copies]}
-                  for copies in by_content.values() if len(copies) > 1]
     ran = executed(path, ops, notes) if any(o.mode in ("int8", "int16") for o in ops) else None
-    entry_points = {}  # each signature (a decoder LM's prefill and decode) as lm_view reads it
-    for sig in model.signatureDefs or []:
-        sg = model.subgraphs[sig.subgraphIndex]
-        sides = {k: [sg.tensors[m.tensorIndex] for m in sorted(maps or [], key=lambda m: m.name)]
-                 for k, maps in (("inputs", sig.inputs), ("outputs", sig.outputs))}
-        entry_points[sig.signatureKey.decode()] = lm_entry({k: [dtype(t) for t in ts] for k, ts in sides.items()},
-                                                          {k: [_io_shape(t) for t in ts] for k, ts in sides.items()})
     return build("tflite", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors,
                  io_dtypes=io, notes=notes, io_shapes=shapes, duplicates=duplicates, executed=ran,
-                 entry_points=entry_points or None, weight_uses=uses)
+                 entry_points=_entry_points(model) or None, weight_uses=uses)
+
+
+class _Model:
+    """A .tflite as the flatbuffer object API reads it, with the names inspection reads off it."""
+
+    def __init__(self, model):
+        from ai_edge_litert import schema_py_generated as fb
+
+        self.model = model
+        self._custom = fb.BuiltinOperator.CUSTOM
+        self._dtypes = {v: k.lower() for k, v in vars(fb.TensorType).items() if not k.startswith("_")}
+        self._ops = {v: k for k, v in vars(fb.BuiltinOperator).items() if not k.startswith("_")}
+
+    def op_type(self, op) -> str:
+        """The op's builtin name, or CUSTOM:<its code>."""
+        oc = self.model.operatorCodes[op.opcodeIndex]
+        code = max(oc.builtinCode, oc.deprecatedBuiltinCode)  # codes < 127 may sit in the deprecated field
+        if code == self._custom:
+            return "CUSTOM:" + (oc.customCode.decode() if oc.customCode else "?")
+        return self._ops.get(code, str(code))
+
+    def const_bytes(self, t) -> int:
+        """The bytes of the constant tensor `t` holds (0: not a constant)."""
+        b = self.model.buffers[t.buffer] if t.buffer < len(self.model.buffers) else None
+        if b is None:
+            return 0
+        return len(b.data) if b.data is not None else int(b.size or 0)
+
+    def dtype(self, t) -> str:
+        """The tensor's element type, lower case ("int8", "float32")."""
+        return self._dtypes.get(t.type, str(t.type))
+
+    def dequantized_int8_const(self, p, tensors) -> bool:
+        """Whether `p` (the op producing an input, or None) is a DEQUANTIZE of an int8-family constant."""
+        if p is None or self.op_type(p) != "DEQUANTIZE":
+            return False
+        src = tensors[p.inputs[0]]
+        return bool(self.const_bytes(src)) and self.dtype(src) in INT8_FAMILY
+
+
+def _constants(model: _Model) -> tuple[collections.Counter, list[dict], list[dict]]:
+    """(constant bytes by dtype, each constant buffer's tensor once, the constants stored more than once: the
+    same values up to sign, each at least DUPLICATE_MIN_BYTES)."""
+    weights: collections.Counter = collections.Counter()
+    seen: set[int] = set()
+    by_content: dict = collections.defaultdict(list)
+    tensors = []
+    for sg in model.model.subgraphs:
+        for t in sg.tensors:
+            n = model.const_bytes(t)
+            if not n or t.buffer in seen:  # several tensors may share one buffer: count it once
+                continue
+            seen.add(t.buffer)
+            data = model.model.buffers[t.buffer].data
+            if data is not None and n >= DUPLICATE_MIN_BYTES:
+                by_content[(model.dtype(t), _values_key(data, model.dtype(t)))].append((t.name.decode(), n))
+            weights[model.dtype(t)] += n
+            tensors.append({"name": t.name.decode(), "dtype": model.dtype(t),
+                            "shape": list(t.shape if t.shape is not None else []), "bytes": n})
+    duplicates = [{"bytes": copies[0][1], "tensors": [name for name, _ in copies]}
+                  for copies in by_content.values() if len(copies) > 1]
+    return weights, tensors, duplicates
+
+
+def _ops(model: _Model) -> tuple[list[OpInfo], collections.Counter, list[dict], list[str]]:
+    """(every compute op with its kernel mode, every op's count by type, the weights each matmul or lookup
+    reads once with its role and scheme, notes)."""
+    ops, op_counts, notes = [], collections.Counter(), []
+    uses, used = [], {}  # used: the buffers of `uses` → the role they were counted in
+    for si, sg in enumerate(model.model.subgraphs):
+        T = sg.tensors
+        producer = {o: op for op in sg.operators for o in op.outputs}
+        for oi, op in enumerate(sg.operators):
+            ty = model.op_type(op)
+            op_counts[ty] += 1
+            read = op.inputs[LOOKUP_TABLE[ty]] if ty in LOOKUP_TABLE else op.inputs[1] if ty in MAC_OPS else -1
+            role = "lookup" if ty in LOOKUP_TABLE else "matmul"
+            if read >= 0 and read in producer and model.op_type(producer[read]) == "DEQUANTIZE":  # weight-only: the stored one
+                read = producer[read].inputs[0]
+            if read >= 0 and model.const_bytes(T[read]) and T[read].buffer not in used:
+                used[T[read].buffer] = role
+                uses.append({"role": role, "dtype": model.dtype(T[read]),
+                             "dims": list(T[read].shape), "bytes": model.const_bytes(T[read]),
+                             "scheme": _scheme(T[read].quantization)})
+            elif read >= 0 and used.get(T[read].buffer) == "lookup" and role == "matmul":  # a tied LM head
+                used[T[read].buffer] = "both"
+                uses.append({"role": "matmul", "dtype": model.dtype(T[read]), "dims": list(T[read].shape), "bytes": 0,
+                             "scheme": "shared with the embedding"})
+            if ty not in DATA_OPS:
+                ops.append(OpInfo(ty, _mode(model, op, T, producer), f"subgraph{si}:op{oi}"))
+        if any(model.op_type(op) == "STABLEHLO_COMPOSITE" for op in sg.operators):
+            notes.append("STABLEHLO_COMPOSITE ops found: their decomposition subgraphs are counted as well")
+    return ops, op_counts, uses, notes
+
+
+def _mode(model: _Model, op, T, producer) -> str:
+    """The kernel a compute op runs, from its operands' types: int8, int16, dynamic (hybrid: float activations,
+    int8/int4 weights), weight_only (a DEQUANTIZE of an int8 constant feeds a float kernel) or float."""
+    inputs = [i for i in op.inputs if i >= 0]  # -1: optional input left out
+    acts = {model.dtype(T[i]) for i in inputs if not model.const_bytes(T[i])}
+    consts = {model.dtype(T[i]) for i in inputs if model.const_bytes(T[i])}
+    if acts & {"int8", "uint8"}:
+        return "int8"
+    if "int16" in acts:
+        return "int16"
+    if (acts & FLOATS or not acts) and consts & INT8_FAMILY:
+        return "dynamic"
+    if any(model.dequantized_int8_const(producer.get(i), T) for i in inputs):
+        return "weight_only"
+    return "float"
+
+
+def _entry_points(model: _Model) -> dict:
+    """Each signature (a decoder LM's prefill and decode) as lm_view reads it."""
+    entry_points = {}
+    for sig in model.model.signatureDefs or []:
+        sg = model.model.subgraphs[sig.subgraphIndex]
+        sides = {k: [sg.tensors[m.tensorIndex] for m in sorted(maps or [], key=lambda m: m.name)]
+                 for k, maps in (("inputs", sig.inputs), ("outputs", sig.outputs))}
+        entry_points[sig.signatureKey.decode()] = lm_entry({k: [model.dtype(t) for t in ts] for k, ts in sides.items()},
+                                                          {k: [_io_shape(t) for t in ts] for k, ts in sides.items()})
+    return entry_points
 
 
 def _scheme(q) -> str:
