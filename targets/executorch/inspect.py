@@ -15,6 +15,7 @@ import math
 import os
 import re
 import tempfile
+from dataclasses import dataclass, field
 
 from edgekit.core.inspection import INT8_FAMILY, Inspection, OpInfo
 from edgekit.targets.inspection import build, executed_view, heavy_macs, io_entry, lm_entry
@@ -52,118 +53,162 @@ XNN_NO_VALUE = 0xFFFFFFFF  # "no input" (e.g. bias_id); value id 0 is a real val
 
 
 def inspect(path: str) -> Inspection:
+    """The .pte at `path`: each execution plan's kernels and delegate calls (`_Plan`), the ops inside its
+    XNNPACK payloads (`_xnnpack`), its constants by dtype, its entry points, and what it runs outside XNNPACK."""
     # Private module: ExecuTorch 1.5.1 has no public .pte reader.
     from executorch.exir._serialize._program import deserialize_pte_binary
-    from executorch.exir.schema import DelegateCall, KernelCall, Tensor, TensorList
 
     with open(path, "rb") as f:
         pte = deserialize_pte_binary(f.read())  # segments are moved back inline
-    program = pte.program
-    weights, tensors, ops, op_counts, macs = collections.Counter(), [], [], collections.Counter(), {}
-    delegated, notes, io = {}, [], {"inputs": [], "outputs": []}
-    shapes = {"inputs": [], "outputs": []}
-    entry_points, uses, stored = {}, [], set()  # stored: constant data counted already (methods share it)
-    for pi, plan in enumerate(program.execution_plan):
-        V = plan.values
-
-        def dtype(i: int) -> str:
-            st = V[i].val.scalar_type.name
-            return ET_DTYPE.get(st, st.lower())
-
-        def tensor_args(args) -> list[int]:
-            out = []
-            for a in args:
-                v = V[a].val
-                out.extend([a] if isinstance(v, Tensor) else v.items if isinstance(v, TensorList) else [])
-            return out
-
-        consts = {i for i, v in enumerate(V) if isinstance(v.val, Tensor) and v.val.allocation_info is None
-                  and (v.val.data_buffer_idx > 0 or v.val.extra_tensor_info is not None)}
-        plan_io = {k: [dtype(i) if isinstance(V[i].val, Tensor) else type(V[i].val).__name__ for i in idx]
-                   for k, idx in (("inputs", plan.inputs), ("outputs", plan.outputs))}
-        plan_shapes = {k: [_io_shape(V[i].val, f"{k[:-1]}_{n}", notes) for n, i in enumerate(idx)]
-                       for k, idx in (("inputs", plan.inputs), ("outputs", plan.outputs))}
-        entry_points[plan.name] = lm_entry(plan_io, plan_shapes)
+    found = _Found()
+    io, shapes = {"inputs": [], "outputs": []}, {"inputs": [], "outputs": []}
+    for pi, plan in enumerate(pte.program.execution_plan):
+        plan_io, plan_shapes = _Plan(pte.program, plan, found).read()
         if pi == 0:
             io, shapes = plan_io, plan_shapes
-        defined = set(plan.inputs) | consts
-        dq_source = {}  # tensor -> (comes from a constant?, dtype) of the dequantize that made it
-        qparams = set()  # constant scales / zero points read by (de)quantize kernels
-        for ci, chain in enumerate(plan.chains):
-            for ii, ins in enumerate(chain.instructions):
-                call, where = ins.instr_args, f"{plan.name}:chain{ci}:instr{ii}"
-                if isinstance(call, DelegateCall):
-                    d = plan.delegates[call.delegate_index]
-                    op_counts["delegate:" + d.id] += 1
-                    entry = delegated.setdefault(d.id, {"calls": 0, "ops": 0})
-                    entry["calls"] += 1
-                    defined.update(tensor_args(call.args))
-                    if d.id != "XnnpackBackend":
-                        entry["ops"] = None
-                        notes.append(f"delegate {d.id} is opaque: its ops and weights are not inspected")
-                        continue
-                    blob = bytes(program.backend_delegate_data[d.processed.index].data)
-                    entry["ops"] += _xnnpack(blob, call.delegate_index, weights, tensors, ops, op_counts, macs,
-                                             uses, stored)
-                    continue
-                if not isinstance(call, KernelCall):
-                    continue
-                ty = plan.operators[call.op_index].name
-                op_counts[ty] += 1
-                targs = tensor_args(call.args)
-                inputs = [t for t in targs if t in defined]
-                outputs = [t for t in targs if t not in defined]  # out-variant args not seen before
-                defined.update(outputs)
-                if ty.startswith(LOOKUPS) or ty == "aten::embedding":
-                    table = V[inputs[0]].val if inputs and inputs[0] in consts else None
-                    if table is not None and ("use", _const_key(table)) not in stored:
-                        stored.add(("use", _const_key(table)))
-                        n = math.prod(table.sizes)
-                        uses.append({"role": "lookup", "dtype": dtype(inputs[0]), "dims": list(table.sizes),
-                                     "bytes": n * ITEMSIZE.get(dtype(inputs[0]), 1),
-                                     "scheme": "per row" if ty.startswith(LOOKUPS) else ""})
-                if ty.startswith(LOOKUPS):  # ExecuTorch's own int8 table lookup: int8 weights, float rows out
-                    ops.append(OpInfo(ty, "weight_only", where))
-                    continue
-                if "quantize" in ty or "choose_qparams" in ty:
-                    qparams.update(t for t in inputs[1:] if t in consts)
-                    if "dequantize" in ty and inputs:
-                        dq_source.update({t: (inputs[0] in consts, dtype(inputs[0])) for t in outputs})
-                    continue
-                if ty in DATA_OPS:
-                    if inputs and inputs[0] in dq_source:  # carry the tag through view/permute copies
-                        dq_source.update({t: dq_source[inputs[0]] for t in outputs})
-                    continue
-                sources = [dq_source[t] for t in inputs if t in dq_source]
-                if {dtype(t) for t in inputs if t not in consts} & {"int8", "uint8"}:
-                    mode = "int8"
-                elif any(not from_const for from_const, _ in sources):
-                    mode = "qdq_float"  # activations come from a dequantize: fake-quant around a float kernel
-                elif {dt for _, dt in sources} & INT8_FAMILY or {dtype(t) for t in inputs if t in consts} & INT8_FAMILY:
-                    mode = "weight_only"
-                else:
-                    mode = "float"
-                ops.append(OpInfo(ty, mode, where))
-        for i in consts - qparams:
-            t = V[i].val
-            if _const_key(t) in stored:  # another method's constant too: stored once
-                continue
-            stored.add(_const_key(t))
-            n = math.prod(t.sizes)
-            nbytes = (n + 1) // 2 if dtype(i) == "uint4" else n * ITEMSIZE.get(dtype(i), 1)
-            weights[dtype(i)] += nbytes
-            name = (t.extra_tensor_info.fully_qualified_name if t.extra_tensor_info else None) or f"value{i}"
-            tensors.append({"name": f"{plan.name}:{name}", "dtype": dtype(i), "shape": list(t.sizes), "bytes": nbytes})
-
+    ops, notes = found.ops, found.notes
     if pte.named_data is not None and pte.named_data.external_data:
         notes.append("named data lives in external .ptd files")
     if any(o.mode == "qdq_float" for o in ops):
         notes.append("quantize/dequantize run as portable kernels around float ops: int8 weights, float compute "
                      "(lower with XnnpackPartitioner to get int8 kernels)")
-    ran = executed(ops, delegated, macs) if any(o.mode in ("int8", "int16", "qdq_float") for o in ops) else None
-    return build("pte", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io,
-                 delegated=delegated, notes=notes, io_shapes=shapes, executed=ran, entry_points=entry_points,
-                 weight_uses=uses, outside_delegate=executed(ops, delegated, macs)["outside_delegate"])
+    ran = executed(ops, found.delegated, found.macs) if any(o.mode in ("int8", "int16", "qdq_float") for o in ops) else None
+    return build("pte", weights=found.weights, ops=ops, op_counts=found.op_counts, tensors=found.tensors, io_dtypes=io,
+                 delegated=found.delegated, notes=notes, io_shapes=shapes, executed=ran,
+                 entry_points=found.entry_points, weight_uses=found.uses,
+                 outside_delegate=executed(ops, found.delegated, found.macs)["outside_delegate"])
+
+
+@dataclass
+class _Found:
+    """What `inspect` gathers over a program's execution plans."""
+
+    weights: collections.Counter = field(default_factory=collections.Counter)
+    tensors: list = field(default_factory=list)
+    ops: list = field(default_factory=list)
+    op_counts: collections.Counter = field(default_factory=collections.Counter)
+    macs: dict = field(default_factory=dict)
+    delegated: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    uses: list = field(default_factory=list)
+    stored: set = field(default_factory=set)  # constant data counted already (methods share it)
+    entry_points: dict = field(default_factory=dict)
+
+
+class _Plan:
+    """One execution plan read into `found`: its delegate calls, its kernels with the mode their operands select,
+    its constants."""
+
+    def __init__(self, program, plan, found: _Found):
+        from executorch.exir.schema import Tensor
+
+        self.program, self.plan, self.found, self.V = program, plan, found, plan.values
+        self.consts = {i for i, v in enumerate(self.V) if isinstance(v.val, Tensor) and v.val.allocation_info is None
+                       and (v.val.data_buffer_idx > 0 or v.val.extra_tensor_info is not None)}
+        self.defined = set(plan.inputs) | self.consts
+        self.dq_source = {}  # tensor -> (comes from a constant?, dtype) of the dequantize that made it
+        self.qparams = set()  # constant scales / zero points read by (de)quantize kernels
+
+    def dtype(self, i: int) -> str:
+        st = self.V[i].val.scalar_type.name
+        return ET_DTYPE.get(st, st.lower())
+
+    def tensor_args(self, args) -> list[int]:
+        from executorch.exir.schema import Tensor, TensorList
+
+        out = []
+        for a in args:
+            v = self.V[a].val
+            out.extend([a] if isinstance(v, Tensor) else v.items if isinstance(v, TensorList) else [])
+        return out
+
+    def read(self) -> tuple[dict, dict]:
+        """Read the plan into `found`; its (inputs' and outputs' dtypes, their shapes)."""
+        from executorch.exir.schema import DelegateCall, KernelCall, Tensor
+
+        plan, V = self.plan, self.V
+        plan_io = {k: [self.dtype(i) if isinstance(V[i].val, Tensor) else type(V[i].val).__name__ for i in idx]
+                   for k, idx in (("inputs", plan.inputs), ("outputs", plan.outputs))}
+        plan_shapes = {k: [_io_shape(V[i].val, f"{k[:-1]}_{n}", self.found.notes) for n, i in enumerate(idx)]
+                       for k, idx in (("inputs", plan.inputs), ("outputs", plan.outputs))}
+        self.found.entry_points[plan.name] = lm_entry(plan_io, plan_shapes)
+        for ci, chain in enumerate(plan.chains):
+            for ii, ins in enumerate(chain.instructions):
+                call, where = ins.instr_args, f"{plan.name}:chain{ci}:instr{ii}"
+                if isinstance(call, DelegateCall):
+                    self._delegate(call)
+                elif isinstance(call, KernelCall):
+                    self._kernel(call, where)
+        self._constants()
+        return plan_io, plan_shapes
+
+    def _delegate(self, call) -> None:
+        found = self.found
+        d = self.plan.delegates[call.delegate_index]
+        found.op_counts["delegate:" + d.id] += 1
+        entry = found.delegated.setdefault(d.id, {"calls": 0, "ops": 0})
+        entry["calls"] += 1
+        self.defined.update(self.tensor_args(call.args))
+        if d.id != "XnnpackBackend":
+            entry["ops"] = None
+            found.notes.append(f"delegate {d.id} is opaque: its ops and weights are not inspected")
+            return
+        blob = bytes(self.program.backend_delegate_data[d.processed.index].data)
+        entry["ops"] += _xnnpack(blob, call.delegate_index, found.weights, found.tensors, found.ops, found.op_counts,
+                                 found.macs, found.uses, found.stored)
+
+    def _kernel(self, call, where: str) -> None:
+        found, consts, dq_source, dtype = self.found, self.consts, self.dq_source, self.dtype
+        ty = self.plan.operators[call.op_index].name
+        found.op_counts[ty] += 1
+        targs = self.tensor_args(call.args)
+        inputs = [t for t in targs if t in self.defined]
+        outputs = [t for t in targs if t not in self.defined]  # out-variant args not seen before
+        self.defined.update(outputs)
+        if ty.startswith(LOOKUPS) or ty == "aten::embedding":
+            table = self.V[inputs[0]].val if inputs and inputs[0] in consts else None
+            if table is not None and ("use", _const_key(table)) not in found.stored:
+                found.stored.add(("use", _const_key(table)))
+                n = math.prod(table.sizes)
+                found.uses.append({"role": "lookup", "dtype": dtype(inputs[0]), "dims": list(table.sizes),
+                                   "bytes": n * ITEMSIZE.get(dtype(inputs[0]), 1),
+                                   "scheme": "per row" if ty.startswith(LOOKUPS) else ""})
+        if ty.startswith(LOOKUPS):  # ExecuTorch's own int8 table lookup: int8 weights, float rows out
+            found.ops.append(OpInfo(ty, "weight_only", where))
+            return
+        if "quantize" in ty or "choose_qparams" in ty:
+            self.qparams.update(t for t in inputs[1:] if t in consts)
+            if "dequantize" in ty and inputs:
+                dq_source.update({t: (inputs[0] in consts, dtype(inputs[0])) for t in outputs})
+            return
+        if ty in DATA_OPS:
+            if inputs and inputs[0] in dq_source:  # carry the tag through view/permute copies
+                dq_source.update({t: dq_source[inputs[0]] for t in outputs})
+            return
+        sources = [dq_source[t] for t in inputs if t in dq_source]
+        if {dtype(t) for t in inputs if t not in consts} & {"int8", "uint8"}:
+            mode = "int8"
+        elif any(not from_const for from_const, _ in sources):
+            mode = "qdq_float"  # activations come from a dequantize: fake-quant around a float kernel
+        elif {dt for _, dt in sources} & INT8_FAMILY or {dtype(t) for t in inputs if t in consts} & INT8_FAMILY:
+            mode = "weight_only"
+        else:
+            mode = "float"
+        found.ops.append(OpInfo(ty, mode, where))
+
+    def _constants(self) -> None:
+        found, dtype = self.found, self.dtype
+        for i in self.consts - self.qparams:
+            t = self.V[i].val
+            if _const_key(t) in found.stored:  # another method's constant too: stored once
+                continue
+            found.stored.add(_const_key(t))
+            n = math.prod(t.sizes)
+            nbytes = (n + 1) // 2 if dtype(i) == "uint4" else n * ITEMSIZE.get(dtype(i), 1)
+            found.weights[dtype(i)] += nbytes
+            name = (t.extra_tensor_info.fully_qualified_name if t.extra_tensor_info else None) or f"value{i}"
+            found.tensors.append({"name": f"{self.plan.name}:{name}", "dtype": dtype(i), "shape": list(t.sizes),
+                                  "bytes": nbytes})
 
 
 def executed(ops: list[OpInfo], delegated: dict, macs: dict[str, int]) -> dict:

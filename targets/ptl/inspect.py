@@ -41,20 +41,10 @@ def inspect(path: str) -> Inspection:
     graph = module.inlined_graph
     args = list(graph.inputs())
     objects = {args[0]: ("", module._c)}  # graph value → (attribute path, object)
-    weights, tensors, ops, op_counts, notes = collections.Counter(), [], [], collections.Counter(), []
+    ops, op_counts, notes = [], collections.Counter(), []
     quantized: set = set()  # graph values holding quantized tensors
     attrs = {}  # attribute path → tensor (or packed object), read once each
     qparams: set = set()  # attribute paths used as scales / zero points
-
-    def dtype(t) -> str:
-        name = str(t.dtype).replace("torch.", "")
-        return QDTYPES.get(name, name)
-
-    def record(name: str, t) -> None:
-        t = t.int_repr() if t.is_quantized else t  # per-channel scales and zero points are left out
-        n = t.numel() * t.element_size()
-        weights[dtype(t)] += n
-        tensors.append({"name": name, "dtype": dtype(t), "shape": list(t.shape), "bytes": n})
 
     def source_attr(value):  # the attribute path a scalar argument was read from, through Int/Float/item
         node = value.node()
@@ -91,19 +81,7 @@ def inspect(path: str) -> Inspection:
             mode = "float"
         ops.append(OpInfo(kind, mode, f"forward:node{ni}"))
 
-    for name, obj in attrs.items():
-        if isinstance(obj, torch.Tensor):
-            if name not in qparams:
-                record(name, obj)
-        elif isinstance(obj, torch.ScriptObject) and not isinstance(obj, torch._C.ScriptModule):
-            cls = obj._type().qualified_name().rsplit(".", 1)[-1]
-            if cls not in UNPACK:
-                notes.append(f"{name}: a {cls} object whose size is not counted")
-                continue
-            weight, bias = getattr(torch.ops.quantized, UNPACK[cls])(obj)[:2]
-            record(f"{name}.weight", weight)
-            if bias is not None:
-                record(f"{name}.bias", bias)
+    weights, tensors = _constants(attrs, qparams, notes)
 
     # A .ptl records no tensor dtypes: inputs are taken as float, outputs as float unless quantized.
     io = {"inputs": ["float32"] * (len(args) - 1),
@@ -117,6 +95,39 @@ def inspect(path: str) -> Inspection:
     notes.append("PyTorch Mobile (.ptl) is a legacy format; its successor is ExecuTorch (.pte)")
     return build("ptl", weights=weights, ops=ops, op_counts=op_counts, tensors=tensors, io_dtypes=io, notes=notes,
                  io_shapes=shapes)
+
+
+def _constants(attrs: dict, qparams: set, notes: list) -> tuple[collections.Counter, list[dict]]:
+    """(bytes by dtype, each tensor) of the module's attributes and constants `attrs`, but the scales and zero
+    points in `qparams`; packed conv and linear objects unpacked to their weight and bias."""
+    import torch
+
+    weights, tensors = collections.Counter(), []
+
+    def dtype(t) -> str:
+        name = str(t.dtype).replace("torch.", "")
+        return QDTYPES.get(name, name)
+
+    def record(name: str, t) -> None:
+        t = t.int_repr() if t.is_quantized else t  # per-channel scales and zero points are left out
+        n = t.numel() * t.element_size()
+        weights[dtype(t)] += n
+        tensors.append({"name": name, "dtype": dtype(t), "shape": list(t.shape), "bytes": n})
+
+    for name, obj in attrs.items():
+        if isinstance(obj, torch.Tensor):
+            if name not in qparams:
+                record(name, obj)
+        elif isinstance(obj, torch.ScriptObject) and not isinstance(obj, torch._C.ScriptModule):
+            cls = obj._type().qualified_name().rsplit(".", 1)[-1]
+            if cls not in UNPACK:
+                notes.append(f"{name}: a {cls} object whose size is not counted")
+                continue
+            weight, bias = getattr(torch.ops.quantized, UNPACK[cls])(obj)[:2]
+            record(f"{name}.weight", weight)
+            if bias is not None:
+                record(f"{name}.bias", bias)
+    return weights, tensors
 
 
 def _io_shape(value, name: str) -> dict:
