@@ -218,6 +218,29 @@ def canonical_ort(data: bytes) -> bytes | None:
     b.head = len(b.Bytes) - len(kept)
     b.Bytes[b.head:] = kept
     b.minalign = ALIGN
+    new_resolver = _sorted_resolver(b, fbs, entries)
+
+    version = session.OrtVersion()
+    version_at = _field_target(session._tab, 0)
+    if version is None:
+        version_off = 0
+    elif version_at is not None and version_at >= start:  # onnxruntime writes it first: among the kept bytes
+        version_off = size - version_at
+    else:
+        version_off = b.CreateString(version)
+    fbs.InferenceSession.InferenceSessionStart(b)
+    if version_off:
+        fbs.InferenceSession.InferenceSessionAddOrtVersion(b, version_off)
+    fbs.InferenceSession.InferenceSessionAddModel(b, size - model._tab.Pos)
+    fbs.InferenceSession.InferenceSessionAddKernelTypeStrResolver(b, new_resolver)
+    b.Finish(fbs.InferenceSession.InferenceSessionEnd(b), file_identifier=ORT_IDENTIFIER)
+    out = bytes(b.Output())
+    return out if _same_session(fbs, out, model._tab.Pos + len(out) - size, kept, version, entries) else None
+
+
+def _sorted_resolver(b, fbs, entries: dict) -> int:
+    """A KernelTypeStrResolver of `entries` ({op id: {type string: [(arg type, index)]}}) built into `b` with
+    its keys in the order flatbuffers looks them up (bytewise); its offset."""
     strings: dict[bytes, int] = {}
 
     def string(text: bytes) -> int:
@@ -254,34 +277,18 @@ def canonical_ort(data: bytes) -> bytes | None:
     ops_vector = vector(ops)
     fbs.KernelTypeStrResolver.KernelTypeStrResolverStart(b)
     fbs.KernelTypeStrResolver.KernelTypeStrResolverAddOpKernelTypeStrArgs(b, ops_vector)
-    new_resolver = fbs.KernelTypeStrResolver.KernelTypeStrResolverEnd(b)
+    return fbs.KernelTypeStrResolver.KernelTypeStrResolverEnd(b)
 
-    version = session.OrtVersion()
-    version_at = _field_target(session._tab, 0)
-    if version is None:
-        version_off = 0
-    elif version_at is not None and version_at >= start:  # onnxruntime writes it first: among the kept bytes
-        version_off = size - version_at
-    else:
-        version_off = b.CreateString(version)
-    fbs.InferenceSession.InferenceSessionStart(b)
-    if version_off:
-        fbs.InferenceSession.InferenceSessionAddOrtVersion(b, version_off)
-    fbs.InferenceSession.InferenceSessionAddModel(b, size - model._tab.Pos)
-    fbs.InferenceSession.InferenceSessionAddKernelTypeStrResolver(b, new_resolver)
-    b.Finish(fbs.InferenceSession.InferenceSessionEnd(b), file_identifier=ORT_IDENTIFIER)
-    out = bytes(b.Output())
 
-    # The new root must lead to the same model bytes, the same version and the same table.
+def _same_session(fbs, out: bytes, model_pos: int, kept: bytes, version, entries: dict) -> bool:
+    """Whether the rebuilt file `out` leads to the same model bytes (`kept`, its model table now at `model_pos`),
+    the same version and the same table."""
     check = fbs.InferenceSession.InferenceSession.GetRootAs(bytearray(out), 0)
-    moved = len(out) - size
-    if check.Model() is None or check.Model()._tab.Pos != model._tab.Pos + moved or out[start + moved:] != kept:
-        return None
+    if check.Model() is None or check.Model()._tab.Pos != model_pos or not out.endswith(kept):
+        return False
     reread = check.KernelTypeStrResolver()
     reread = _read_resolver(reread) if reread is not None else None
-    if check.OrtVersion() != version or reread is None or reread[0] != entries:
-        return None
-    return out
+    return check.OrtVersion() == version and reread is not None and reread[0] == entries
 
 
 def _read_resolver(resolver):
