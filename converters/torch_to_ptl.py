@@ -214,52 +214,12 @@ def _modular(gm):
     """Rebuild an exported ATen graph from nn.Modules and torch functions, the way FX quantization
     matches patterns. Weights become module parameters; unknown calls are kept as they are."""
     import torch
-    from torch import nn
 
     aten = torch.ops.aten
-    activations = {
-        aten.relu.default: nn.ReLU, aten.hardswish.default: nn.Hardswish, aten.hardsigmoid.default: nn.Hardsigmoid,
-        aten.relu6.default: nn.ReLU6, aten.sigmoid.default: nn.Sigmoid, aten.tanh.default: nn.Tanh,
-        aten.silu.default: nn.SiLU,
-    }
     functions = {aten.add.Tensor: operator.add, aten.mul.Tensor: operator.mul, aten.flatten.using_ints: torch.flatten,
                  aten.cat.default: torch.cat, aten.mean.dim: torch.mean}
-    pools = {aten.adaptive_avg_pool2d.default: nn.AdaptiveAvgPool2d, aten.max_pool2d.default: nn.MaxPool2d,
-             aten.avg_pool2d.default: nn.AvgPool2d}
-    root, graph, env = nn.Module(), torch.fx.Graph(), {}
-
-    def const(node):  # the tensor behind a get_attr node, else None
-        if not isinstance(node, torch.fx.Node) or node.op != "get_attr":
-            return None
-        obj = gm
-        for part in node.target.split("."):
-            obj = getattr(obj, part)
-        return obj.detach().clone() if isinstance(obj, torch.Tensor) else None
-
-    def consts(*nodes) -> bool:  # every node is a constant tensor (None: an absent optional one)
-        return all(n is None or const(n) is not None for n in nodes)
-
-    def value(node):  # the new graph's node for `node`; constants become buffers on first use
-        if node not in env:
-            if const(node) is None:  # a subgraph: the branches of torch.cond, the body of a loop
-                raise ConversionFailed(
-                    f"FX quantization cannot take control flow: the exported graph passes the subgraph "
-                    f"{node.target!r} to {', '.join(str(u.target) for u in node.users)}",
-                    converter=TorchToPtl.name,
-                    fix="convert it to ptl at fp32, or try int8 on another target (edgekit graph lists them)")
-            name = f"_const_{len(root._buffers)}"
-            root.register_buffer(name, const(node))
-            env[node] = graph.get_attr(name)
-        return env[node]
-
-    def module(mod, node, x):
-        name = f"{type(mod).__name__.lower()}_{len(root._modules)}"
-        root.add_module(name, mod.eval())
-        env[node] = graph.call_module(name, (value(x),))
-
-    def param(t):
-        return nn.Parameter(t, requires_grad=False)
-
+    rebuilt = _Rebuilt(gm)
+    graph, env, value = rebuilt.graph, rebuilt.env, rebuilt.value
     for node in gm.graph.nodes:
         a, t = node.args, node.target
         if node.op == "placeholder":
@@ -268,35 +228,104 @@ def _modular(gm):
             graph.output(torch.fx.node.map_arg(a[0], value))
         elif node.op in ("get_attr", "call_module"):
             continue  # constants are read on use; call_module: only torch.export's guards
-        elif t == aten.conv2d.default and consts(*a[1:3]):
+        elif (layer := rebuilt.layer(node)) is not None:
+            rebuilt.module(layer, node, a[0])
+        elif t in functions and not node.kwargs:
+            env[node] = graph.call_function(functions[t], torch.fx.node.map_arg(a, value))
+        else:  # kept as it is: runs in float between dequantize and quantize
+            env[node] = graph.call_function(t, torch.fx.node.map_arg(a, value),
+                                            torch.fx.node.map_arg(node.kwargs, value))
+    return torch.fx.GraphModule(rebuilt.root, graph).eval()
+
+
+class _Rebuilt:
+    """The graph `_modular` builds from an exported one (`gm`): its root module holding the layers and
+    constants, the new graph, and each old node's new node (`env`)."""
+
+    def __init__(self, gm):
+        import torch
+        from torch import nn
+
+        self.gm, self.root, self.graph, self.env = gm, nn.Module(), torch.fx.Graph(), {}
+
+    def const(self, node):
+        """The tensor behind a get_attr node, else None."""
+        import torch
+
+        if not isinstance(node, torch.fx.Node) or node.op != "get_attr":
+            return None
+        obj = self.gm
+        for part in node.target.split("."):
+            obj = getattr(obj, part)
+        return obj.detach().clone() if isinstance(obj, torch.Tensor) else None
+
+    def consts(self, *nodes) -> bool:
+        """Whether every node is a constant tensor (None: an absent optional one)."""
+        return all(n is None or self.const(n) is not None for n in nodes)
+
+    def value(self, node):
+        """The new graph's node for `node`; constants become buffers on first use."""
+        if node not in self.env:
+            if self.const(node) is None:  # a subgraph: the branches of torch.cond, the body of a loop
+                raise ConversionFailed(
+                    f"FX quantization cannot take control flow: the exported graph passes the subgraph "
+                    f"{node.target!r} to {', '.join(str(u.target) for u in node.users)}",
+                    converter=TorchToPtl.name,
+                    fix="convert it to ptl at fp32, or try int8 on another target (edgekit graph lists them)")
+            name = f"_const_{len(self.root._buffers)}"
+            self.root.register_buffer(name, self.const(node))
+            self.env[node] = self.graph.get_attr(name)
+        return self.env[node]
+
+    def module(self, mod, node, x) -> None:
+        """`mod` as the new graph's node for `node`, applied to `x`."""
+        name = f"{type(mod).__name__.lower()}_{len(self.root._modules)}"
+        self.root.add_module(name, mod.eval())
+        self.env[node] = self.graph.call_module(name, (self.value(x),))
+
+    def layer(self, node):
+        """The nn.Module a call of the exported graph is (a conv, linear or batch norm with constant weights, an
+        activation, a pool), or None."""
+        import torch
+        from torch import nn
+
+        aten = torch.ops.aten
+        activations = {
+            aten.relu.default: nn.ReLU, aten.hardswish.default: nn.Hardswish, aten.hardsigmoid.default: nn.Hardsigmoid,
+            aten.relu6.default: nn.ReLU6, aten.sigmoid.default: nn.Sigmoid, aten.tanh.default: nn.Tanh,
+            aten.silu.default: nn.SiLU,
+        }
+        pools = {aten.adaptive_avg_pool2d.default: nn.AdaptiveAvgPool2d, aten.max_pool2d.default: nn.MaxPool2d,
+                 aten.avg_pool2d.default: nn.AvgPool2d}
+        a, t, const = node.args, node.target, self.const
+
+        def param(x):
+            return nn.Parameter(x, requires_grad=False)
+
+        if t == aten.conv2d.default and self.consts(*a[1:3]):
             w, b = const(a[1]), const(a[2]) if len(a) > 2 else None
             stride, padding, dilation, groups = (*a[3:7], *(1, 0, 1, 1)[len(a[3:7]):])
             conv = nn.Conv2d(w.shape[1] * groups, w.shape[0], tuple(w.shape[2:]), stride, padding, dilation, groups,
                              bias=b is not None)
             conv.weight, conv.bias = param(w), None if b is None else param(b)
-            module(conv, node, a[0])
-        elif t == aten.linear.default and consts(*a[1:3]):
+            return conv
+        if t == aten.linear.default and self.consts(*a[1:3]):
             w, b = const(a[1]), const(a[2]) if len(a) > 2 else None
             linear = nn.Linear(w.shape[1], w.shape[0], bias=b is not None)
             linear.weight, linear.bias = param(w), None if b is None else param(b)
-            module(linear, node, a[0])
-        elif t == aten.batch_norm.default and not a[5] and all(const(x) is not None for x in a[1:5]):
+            return linear
+        if t == aten.batch_norm.default and not a[5] and all(const(x) is not None for x in a[1:5]):
             w, b, mean, var = (const(x) for x in a[1:5])
             rank = node.meta["val"].dim() if "val" in node.meta else 4
             bn = {4: nn.BatchNorm2d, 5: nn.BatchNorm3d}.get(rank, nn.BatchNorm1d)(len(mean), eps=a[7], momentum=a[6])
             bn.weight, bn.bias = param(w), param(b)
             bn.running_mean.copy_(mean)
             bn.running_var.copy_(var)
-            module(bn, node, a[0])
-        elif t in activations and len(a) == 1:
-            module(activations[t](), node, a[0])
-        elif t == aten.hardtanh.default and len(a) == 3:
-            module(nn.ReLU6() if tuple(a[1:]) == (0.0, 6.0) else nn.Hardtanh(*a[1:]), node, a[0])
-        elif t in pools:
-            module(pools[t](*a[1:]), node, a[0])
-        elif t in functions and not node.kwargs:
-            env[node] = graph.call_function(functions[t], torch.fx.node.map_arg(a, value))
-        else:  # kept as it is: runs in float between dequantize and quantize
-            env[node] = graph.call_function(t, torch.fx.node.map_arg(a, value),
-                                            torch.fx.node.map_arg(node.kwargs, value))
-    return torch.fx.GraphModule(root, graph).eval()
+            return bn
+        if t in activations and len(a) == 1:
+            return activations[t]()
+        if t == aten.hardtanh.default and len(a) == 3:
+            return nn.ReLU6() if tuple(a[1:]) == (0.0, 6.0) else nn.Hardtanh(*a[1:])
+        if t in pools:
+            return pools[t](*a[1:])
+        return None
