@@ -74,6 +74,13 @@ def example_inputs(cfg: DecoderConfig, max_seq_len: int, tokens: int):
 
 @functools.cache
 def _classes() -> dict:
+    """The decoder's nn.Module classes, made on first use (torch is imported only then)."""
+    rms_norm = _rms_norm_class()
+    return {"Decoder": _decoder_class(_layer_class(rms_norm), rms_norm), "RMSNorm": rms_norm}
+
+
+def _rms_norm_class():
+    """The RMSNorm module class."""
     import torch
     from torch import nn
 
@@ -96,6 +103,14 @@ def _classes() -> dict:
                 return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
             square = x.pow(2).unsqueeze(-1)
             return x * torch.rsqrt(square.mean((-2, -1), keepdim=True).flatten(-2) + self.eps) * self.weight
+
+    return RMSNorm
+
+
+def _layer_class(RMSNorm):  # noqa: N803 - a class
+    """The decoder layer's module class (attention, MLP), its norms of class `RMSNorm`."""
+    import torch
+    from torch import nn
 
     class Attention(nn.Module):
         """Grouped-query attention over the static cache, the new keys and values written into it first."""
@@ -160,6 +175,14 @@ def _classes() -> dict:
             x = x + h
             return x + self.mlp(self.post_attention_layernorm(x)), k_cache, v_cache
 
+    return Layer
+
+
+def _decoder_class(Layer, RMSNorm):  # noqa: N803 - classes
+    """The whole decoder's module class, its layers of class `Layer`."""
+    import torch
+    from torch import nn
+
     class Body(nn.Module):
         """Hugging Face's `model.*` tree: the embedding, the layers, the final norm."""
 
@@ -201,9 +224,13 @@ def _classes() -> dict:
                 values.append(v)
             return self.lm_head(self.model.norm(x)), torch.stack(keys), torch.stack(values)
 
-    def _rope(x, cos, sin):
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+    return Decoder
 
-    return {"Decoder": Decoder, "RMSNorm": RMSNorm}
+
+def _rope(x, cos, sin):
+    """x rotated by the positions' angles (rotary position embedding, Hugging Face's half-split form)."""
+    import torch
+
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
