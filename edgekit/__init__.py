@@ -128,11 +128,8 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
 
     _flags(int8=int8, int8_io=int8_io, bias_correction=True if bias_correction is None else bias_correction,
            smooth_quant=True if smooth_quant is None else smooth_quant, int16_stem=int16_stem, int16_activations=int16_activations, trust_pickle=trust_pickle, trust_model_code=trust_model_code, cache=cache)
-    for keyword, value in (("precision", precision), ("calib_method", calib_method or ""), ("granularity", granularity)):
-        if not isinstance(value, str):
-            raise BadInput(f"{keyword}={value!r} is not a name", fix=f"give {keyword} as a str")
-    if calib_samples is not None and (isinstance(calib_samples, bool) or not isinstance(calib_samples, int)):
-        raise BadInput(f"calib_samples={calib_samples!r} is not a number of samples", fix="give an int, or None for all")
+    _names_and_counts(precision=precision, calib_method=calib_method or "", granularity=granularity,
+                      calib_samples=calib_samples)
     _progress(progress)
     _out_folder(out)
     if calibration is not None and not isinstance(calibration, CalibrationSpec):
@@ -154,6 +151,15 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
     )
     with _as_a_command():
         return run(request, progress=progress, cache=ArtifactCache() if cache else None)
+
+
+def _names_and_counts(calib_samples, **names) -> None:
+    """Refuse a keyword that names something given as anything but a str, and a sample count that is no int."""
+    for keyword, value in names.items():
+        if not isinstance(value, str):
+            raise BadInput(f"{keyword}={value!r} is not a name", fix=f"give {keyword} as a str")
+    if calib_samples is not None and (isinstance(calib_samples, bool) or not isinstance(calib_samples, int)):
+        raise BadInput(f"calib_samples={calib_samples!r} is not a number of samples", fix="give an int, or None for all")
 
 
 def check(config: str | os.PathLike = "edgekit.toml", *, out: str | os.PathLike = "edgekit-check", jobs: int = 1,
