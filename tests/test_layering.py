@@ -156,6 +156,15 @@ def test_engine_functions_stay_short():
     assert long == {}, f"engine functions over 60 lines: {long}"
 
 
+def test_library_functions_stay_under_80_lines():
+    """Every function of the library, in every layer, fits in about two screens (the engine's in one)."""
+    long = {f"{m}.{node.name}": node.end_lineno - node.lineno + 1
+            for m, p in MODULES.items()
+            for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > 80}
+    assert long == {}, f"functions over 80 lines: {long}"
+
+
 # Frameworks, and the helpers that come with them rather than with edgekit: imported only inside the
 # functions that need them, never at a module's top. Why each stays off the import path (import times
 # measured here, on 2 CPUs under load, in a fresh process):
