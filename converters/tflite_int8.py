@@ -4,9 +4,10 @@ TFLiteConverter's own calibrator lacks.
 
 TFLiteConverter takes each tensor's extremes over every sample and nothing else: tempocnn's Keras CNN came out
 at cosine 0.75 on its evaluation samples, and no layer could be kept at int16 activations. Here one pass of
-LiteRT's interpreter over the calibration samples, every tensor kept, records each tensor's extremes per sample; `minmax` takes the extremes over all samples, `mean-minmax` the means of the
-per-sample extremes (tempocnn: 0.96). Layers the spec keeps float are left out of quantization, layers kept
-at int16 get int16 activations with int8 weights (a16w8), `int16_activations` gives every layer that.
+LiteRT's interpreter over the calibration samples, every tensor kept, records each tensor's extremes per
+sample; `minmax` takes the extremes over all samples, `mean-minmax` the means of the per-sample extremes
+(tempocnn: 0.96). Layers the spec keeps float are left out of quantization, layers kept at int16 get int16
+activations with int8 weights (a16w8), `int16_activations` gives every layer that.
 
 What ai-edge-quantizer leaves that edgekit's artifacts cannot have, and what it cannot take:
 - a model output that is also read inside the graph (basic-pitch's contour feeds its note head) keeps its
