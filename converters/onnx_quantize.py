@@ -567,9 +567,9 @@ def squeeze_excite_pools(graph) -> list[str]:
         while todo:
             name, gated, depth = todo.pop()
             for node in consumers.get(name, []):
-                if node.name in seen or depth > 12:
+                if id(node) in seen or depth > 12:  # by identity: a node's name may be empty
                     continue
-                seen.add(node.name)
+                seen.add(id(node))
                 if gated and node.op_type == "Mul" and not all(constant(i) for i in node.input if i != name):
                     tensors += [pool.input[0]] if pool.input[0] not in tensors else []
                     todo = []
