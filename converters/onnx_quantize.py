@@ -546,11 +546,11 @@ _POOLS = ("GlobalAveragePool", "ReduceMean", "AveragePool")
 def squeeze_excite_pools(graph) -> list[str]:
     """The input of each pooling whose mean, through a bottleneck and a sigmoid, gates a feature map channel by
     channel (squeeze-excite: MobileNetV3, EfficientNet, PP-LCNet; and a decoder's global-context gate, whose
-    pool reads another map than the one it gates), quantized in int16 (a16w8). The int8 scale of a hard-swish or
-    ReLU map is set by its few large activations, so its many small values round to a step or to zero and their
-    mean, which every gate multiplies a whole channel by, is biased (mediapipe's selfie segmenter: int8 cosine
-    0.963, 0.988 with its pools' inputs at int16; their outputs at int16 as well changed nothing, and kept the
-    bottleneck's convolutions from their int8 kernels)."""
+    pool reads another map than the one it gates), quantized in int16 (a16w8): every gate multiplies a whole
+    channel by what the mean of the map's int8 values rounds to (mediapipe's selfie segmenter: int8 cosine 0.963,
+    0.988 with its pools' inputs at int16; their outputs at int16 as well changed nothing, and kept the
+    bottleneck's convolutions from their int8 kernels). Likely, not measured: the map's few large activations
+    set its int8 scale, and its many small values round to a step or to zero."""
     producer = {o: n for n in graph.node for o in n.output}
     weights = {i.name for i in graph.initializer}
     consumers: dict[str, list] = {}
