@@ -103,12 +103,21 @@ def _layer_scopes(float_model: bytes, ctx, layers) -> dict[str, list[str]]:
     scopes: dict[str, list[str]] = {layer: [] for layer in layers}
     known = _keras_layers(ctx)
     for scope in tflite_int8.op_scopes(float_model) if layers else ():
-        layer = keras_layer(scope, known or set(layers)) or scope.rstrip(";")
+        layer = _layer_of(scope, known, layers)
         if layer in scopes:
             scopes[layer].append(scope)
     if missing := sorted(layer for layer, found in scopes.items() if not found):
         raise unknown_layers(missing, known, "the model")
     return scopes
+
+
+def _layer_of(name: str, known: set[str], layers) -> str:
+    """Which of `layers` the op with output tensor name(s) `name` belongs to: its Keras layer (`known`), or, in a
+    SavedModel that is not a Keras model, the part of its name that names it as `edgekit layers` does (a
+    "model_1/block/conv1d_16" among the fused names); else the name itself."""
+    parts = name.split(";")
+    return (keras_layer(name, known or set(layers)) or (None if known else next((layer for layer in layers if layer in parts), None))
+            or name.rstrip(";"))
 
 
 def _keras_layers(ctx) -> set[str]:
@@ -171,7 +180,7 @@ def _with_float_layers(converter, ctx, src, float_model: bytes) -> bytes:
     for op in interp._get_ops_details():  # noqa: SLF001 - the interpreter's op list (no public equivalent)
         for out in op["outputs"]:
             name = names.get(out, "")
-            layer = keras_layer(name, known or layers) or name
+            layer = _layer_of(name, known, layers)
             if layer in layers:
                 nodes.append(name)
                 found.add(layer)

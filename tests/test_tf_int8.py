@@ -137,3 +137,15 @@ def test_a_signature_output_left_on_an_int8_tensor_moves_to_the_float_output(tmp
     assert entry.tensorIndex not in left_model.subgraphs[0].outputs  # an app reads an int8 tensor, or nothing
     outputs = _run_signature(tmp_path / "mended.tflite", feeds)
     assert {k: v.dtype for k, v in outputs.items()} == {"contour": np.float32, "notes": np.float32}
+
+
+def test_a_savedmodels_layers_are_found_by_the_names_the_ranking_gives():
+    """A SavedModel that is not a Keras model has its layers named by the part of an op's fused tensor name that
+    `edgekit layers` reports ("model_1/cq_t2010v2_1/conv1d_16", basic-pitch's); the search's `--keep` of such a
+    name was "no layer named …" on tflite, every ranked layer skipped."""
+    from edgekit.converters.tf_to_tflite import _layer_of
+
+    scope = "model_1/cq_t2010v2_1/conv1d_16;model_1/cq_t2010v2_1/conv1d_16/BiasAdd;"
+    assert _layer_of(scope, set(), ["model_1/cq_t2010v2_1/conv1d_16"]) == "model_1/cq_t2010v2_1/conv1d_16"
+    assert _layer_of("digits/conv1_1/BiasAdd;digits/conv1_1/Conv2D;", {"conv1", "conv2"}, ["conv1"]) == "conv1"
+    assert _layer_of("model_1/other/Relu;", set(), ["model_1/cq_t2010v2_1/conv1d_16"]) == "model_1/other/Relu"

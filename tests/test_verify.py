@@ -42,6 +42,16 @@ def test_identical_outputs_have_infinite_sqnr_and_perfect_cosine():
     assert METRICS["top1_agreement"](ref[:, :1], ref[:, :1]) is None  # a single score is not a class
 
 
+def test_an_infinite_error_is_the_worst_sqnr_not_a_crash():
+    """A float op of an int8 model giving -inf where the float model's value is finite (basic-pitch's logarithm
+    of a zero) made the per-layer ranking fail with "math domain error"."""
+    from edgekit.core.drift import sqnr_db
+
+    ref, out = np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, -np.inf])
+    assert METRICS["sqnr_db"](ref, out) == -math.inf
+    assert sqnr_db(ref, out) < 0  # per-layer drift: held at its floor
+
+
 def test_compare_passes_within_thresholds_and_reports_accuracy():
     rng = np.random.default_rng(1)
     ref = rng.standard_normal((50, 10)).astype(np.float32)

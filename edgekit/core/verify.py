@@ -120,11 +120,12 @@ def channel_cosine_min(ref: np.ndarray, out: np.ndarray) -> float | None:
 def sqnr_from_sums(signal: float, noise: float, ceiling: float | None = None) -> float | None:
     """Signal-to-quantization-noise ratio in dB, 10·log10(Σref² / Σ(ref − out)²): edgekit's one definition.
 
-    Without a `ceiling`, identical values give None (infinite) and a zero reference -inf; with one,
-    the result is kept within ±ceiling (per-layer drift counts an exact match as `ceiling`)."""
+    Without a `ceiling`, identical values give None (infinite), and a zero reference or an infinite error -inf
+    (a float op of an int8 model giving -inf where the float model's is finite: basic-pitch's logarithm); with
+    one, the result is kept within ±ceiling (per-layer drift counts an exact match as `ceiling`)."""
     if noise == 0:
         return ceiling
-    if signal == 0:
+    if signal == 0 or signal / noise == 0:
         return -math.inf if ceiling is None else -ceiling
     value = 10 * math.log10(signal / noise)
     return float(value if ceiling is None else max(-ceiling, min(ceiling, value)))
