@@ -115,11 +115,28 @@ def run_folder(out_dir: Path):
         with temp_files_in(run_tmp):
             yield run_tmp
     finally:
-        shutil.rmtree(run_tmp, ignore_errors=True)
-        for folder in created:
-            if any(folder.iterdir()):
-                break
-            folder.rmdir()
+        _remove_uninterrupted(run_tmp, created)
+
+
+def _remove_uninterrupted(run_tmp: Path, created: list[Path]) -> None:
+    """Remove the run's private folder and the folders it made that are left empty. Ctrl-C or SIGTERM
+    arriving during the removal (a run ending as it is interrupted) is raised once the removal is done,
+    so an interrupted run never leaves a half-removed folder behind."""
+    interrupted = None
+    for _ in range(3):
+        try:
+            shutil.rmtree(run_tmp, ignore_errors=True)
+            for folder in created:
+                if not folder.exists():  # removed by the attempt an interruption cut short
+                    continue
+                if any(folder.iterdir()):
+                    break
+                folder.rmdir()
+            break
+        except KeyboardInterrupt as e:
+            interrupted = e
+    if interrupted is not None:
+        raise interrupted
 
 
 def place(artifact: ModelArtifact, out_dir: Path, staging: Path) -> ModelArtifact:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -180,7 +180,7 @@ def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: S
         hits = cache.lookup(p)
         if cache.skipped:
             say(f"not cached: {cache.skipped}")
-        with run_folder(Path(req.out_dir)) as staging:
+        with run_folder(Path(req.out_dir)) if hits else nullcontext() as staging:
             for name, hit in hits.items():
                 placed = cache.place(hit, Path(req.out_dir), staging)
                 if placed is not None:
