@@ -8,23 +8,17 @@ The edit goes through the LiteRT flatbuffer object API (ai_edge_litert.schema_py
 
 from __future__ import annotations
 
-from pathlib import Path
-
 _INTEGER_TYPES = ("INT8", "UINT8", "INT16")
 
 
-def float_io(src: Path, dst: Path) -> int:
-    """Write `src` to `dst` with float32 inputs/outputs in place of quantized ones.
-
-    Returns how many boundary tensors were changed (0: the model already had float I/O).
-    """
+def float_io(model_bytes: bytes) -> bytes:
+    """`model_bytes` with float32 inputs/outputs in place of quantized ones (unchanged if it has float I/O)."""
     from ai_edge_litert import schema_py_generated as fb
     from ai_edge_litert.tools import flatbuffer_utils
 
-    model = flatbuffer_utils.read_model(str(src))
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
     integer = {getattr(fb.TensorType, t) for t in _INTEGER_TYPES}
     graph = model.subgraphs[0]
-    changed = 0
 
     def opcode(builtin: int) -> int:
         for i, oc in enumerate(model.operatorCodes):
@@ -56,19 +50,28 @@ def float_io(src: Path, dst: Path) -> int:
             twin = float_twin(index)
             graph.operators.insert(0, op(opcode(fb.BuiltinOperator.QUANTIZE), [twin], [index]))
             graph.inputs[pos] = remap_in[index] = twin
-            changed += 1
     for pos, index in enumerate(list(graph.outputs)):
         if graph.tensors[index].type in integer and graph.tensors[index].quantization is not None:
             twin = float_twin(index)
             graph.operators.append(op(opcode(fb.BuiltinOperator.DEQUANTIZE), [index], [twin]))
             graph.outputs[pos] = remap_out[index] = twin
-            changed += 1
+    if not (remap_in or remap_out):
+        return model_bytes
+    point_signatures(model, remap_in, remap_out)
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
+
+
+def point_signatures(model, inputs: dict[int, int], outputs: dict[int, int]) -> int:
+    """Point the entries of `model`'s (a flatbuffer ModelT) signatures of its main subgraph that name a tensor
+    among the keys of `inputs` (their inputs) or `outputs` (their outputs) at the tensor it maps to. Returns how
+    many entries moved."""
+    moved = 0
     for sig in model.signatureDefs or []:
         if sig.subgraphIndex != 0:
             continue
-        for entry in sig.inputs or []:
-            entry.tensorIndex = remap_in.get(entry.tensorIndex, entry.tensorIndex)
-        for entry in sig.outputs or []:
-            entry.tensorIndex = remap_out.get(entry.tensorIndex, entry.tensorIndex)
-    flatbuffer_utils.write_model(model, str(dst))
-    return changed
+        for entries, remap in ((sig.inputs, inputs), (sig.outputs, outputs)):
+            for entry in entries or []:
+                if entry.tensorIndex in remap:
+                    entry.tensorIndex = remap[entry.tensorIndex]
+                    moved += 1
+    return moved

@@ -429,6 +429,7 @@ def mixed_scale_concats(model: Path, ranges) -> list[str]:
 
 
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+_LAYOUT = ("Transpose", *_RESHAPES, "Identity")  # ops that move values without changing them
 _COMBINERS = ("Add", "Sub", "Mul", "Div", "Where", "Max", "Min")
 _NORMS = ("LayerNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization", "RMSNormalization")
 
@@ -489,8 +490,7 @@ def keep_float(model: Path) -> list[str]:
 
 # what a power goes through on its way to a root or a logarithm: sums, means, scalings, a floor (Clip, Max),
 # weighted sums by a constant matrix (a mel filterbank's MatMul) and layout
-_SUMS = ("Add", "Sum", "ReduceMean", "ReduceSum", "Mul", "Div", "Sub", "Clip", "Max", "MatMul", "Gemm",
-         "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+_SUMS = ("Add", "Sum", "ReduceMean", "ReduceSum", "Mul", "Div", "Sub", "Clip", "Max", "MatMul", "Gemm", *_LAYOUT)
 
 
 def squared_stretches(graph) -> list[str]:
@@ -538,8 +538,7 @@ def log_power_signal(graph) -> list[str]:
 
 
 # a squeeze-excite gate: from the pooled features through the bottleneck to the gate's sigmoid, and layout
-_GATE = ("Conv", "Gemm", "MatMul", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Add", "Mul", "Div",
-         "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity")
+_GATE = ("Conv", "Gemm", "MatMul", "Relu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Add", "Mul", "Div", *_LAYOUT)
 _POOLS = ("GlobalAveragePool", "ReduceMean", "AveragePool")
 
 

@@ -80,21 +80,14 @@ def _int8(float_model: bytes, src: ModelArtifact, ctx) -> bytes:
     layers and int16 activations; float inputs and outputs unless int8_io. Raises tflite_int8.ControlFlow."""
     shared = ctx.reuse.kept if ctx.reuse is not None else {}
     if tflite_int8.STATISTICS not in shared:
-        shared[tflite_int8.STATISTICS] = tflite_int8.statistics(float_model, ctx.calibration, src.signature.input_names)
+        shared[tflite_int8.STATISTICS] = tflite_int8.statistics(float_model, ctx.calibration, src.signature)
     spec = ctx.spec
     scopes = _layer_scopes(float_model, ctx, (*spec.layers("float"), *spec.layers("int16")))
     model = tflite_int8.quantize(float_model, tflite_int8.ranges(shared[tflite_int8.STATISTICS], spec.method),
                                  float_scopes=[s for layer in spec.layers("float") for s in scopes[layer]],
                                  int16_scopes=[s for layer in spec.layers("int16") for s in scopes[layer]],
                                  int16_activations=spec.int16_activations)
-    if spec.int8_io:
-        return model
-    raw = ctx.work_dir / "aeq.int8.tflite"
-    raw.write_bytes(model)
-    float_io(raw, raw)
-    model = raw.read_bytes()
-    raw.unlink()
-    return model
+    return model if spec.int8_io else float_io(model)
 
 
 def _layer_scopes(float_model: bytes, ctx, layers) -> dict[str, list[str]]:

@@ -22,44 +22,39 @@ from __future__ import annotations
 
 import copy
 import re
-import warnings
 
 import numpy as np
 
+from edgekit.calibration.tflite_io import point_signatures
 from edgekit.core.quant import Method
-from edgekit.targets.tflite.runner import signature_keys
+from edgekit.targets.tflite.runner import TfliteRunner
 
 STATISTICS = "tflite statistics"  # ConvertContext.reuse's key for the one calibration pass
-DEQUANTIZE = 6  # LiteRT's builtin operator code
 
 
 class ControlFlow(Exception):
     """The float model has subgraphs besides its main one (a WHILE or IF body)."""
 
 
-def statistics(float_model: bytes, samples, input_names) -> dict[str, dict]:
-    """Each activation's extremes over `samples` (a SampleSet; `input_names` its inputs in the model's order),
-    from one pass of LiteRT's interpreter with every tensor kept (its built-in kernels: XNNPACK keeps nothing
-    inside its partitions, and ai-edge-quantizer's own calibrator, which runs it, failed on chars2vec's unrolled
-    LSTM): {tensor name: {"min", "max": over all samples; "sum_min", "sum_max", "n": for the means of the
-    per-sample extremes}}. Values beyond ±3e38 (a -inf padding constant) are left out, as ai-edge-quantizer's
-    calibrator leaves them. Raises ControlFlow for a model with more than one subgraph."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+def statistics(float_model: bytes, samples, signature) -> dict[str, dict]:
+    """Each activation's extremes over `samples` (a SampleSet with the inputs of `signature`, the source's), from
+    one pass of LiteRT's interpreter with every tensor kept (its built-in kernels: XNNPACK keeps nothing inside
+    its partitions, and ai-edge-quantizer's own calibrator, which runs it, failed on chars2vec's unrolled LSTM):
+    {tensor name: {"min", "max": over all samples; "sum_min", "sum_max", "n": for the means of the per-sample
+    extremes}}. Values beyond ±3e38 (a -inf padding constant) are left out, as ai-edge-quantizer's calibrator
+    leaves them. Raises ControlFlow for a model with more than one subgraph."""
     from ai_edge_quantizer.utils import tfl_flatbuffer_utils as tfl
 
     model = tfl.read_model(float_model)
     if len(model.subgraphs) > 1:
         raise ControlFlow()
     constant = {i for i, t in enumerate(model.subgraphs[0].tensors) if tfl.get_tensor_data(t, model.buffers) is not None}
-    with warnings.catch_warnings():  # "intended for debugging purposes only": keeping every tensor is the point
-        warnings.simplefilter("ignore", UserWarning)
-        interpreter = Interpreter(model_content=float_model, experimental_preserve_all_tensors=True,
-                                  experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    invoke = _invoker(interpreter, samples, input_names)
+    runner = TfliteRunner(float_model, signature, keep_intermediates=True)
+    interpreter = runner.interp
     tensors = [d for d in interpreter.get_tensor_details() if d["name"] and d["index"] not in constant and all(d["shape"])]
     stats: dict[str, dict] = {}
     for i in range(len(samples)):
-        invoke(i)
+        runner.run({name: samples.inputs[name][i] for name in signature.input_names})
         for d in tensors:
             values = interpreter.get_tensor(d["index"])
             kept = values[np.abs(values) < 3e38] if values.dtype.kind == "f" else values
@@ -71,25 +66,6 @@ def statistics(float_model: bytes, samples, input_names) -> dict[str, dict]:
                 "min": np.minimum(s["min"], low), "max": np.maximum(s["max"], high),
                 "sum_min": s["sum_min"] + low, "sum_max": s["sum_max"] + high, "n": s["n"] + 1}
     return stats
-
-
-def _invoker(interpreter, samples, input_names):
-    """A function running `interpreter` on sample i: through its signature (TFLiteConverter's serving_default),
-    or, in a model without one (TensorFlow's v1 converter writes none), its inputs in the model's order."""
-    signatures = interpreter.get_signature_list()
-    if signatures:
-        run = interpreter.get_signature_runner(next(iter(signatures)))
-        names = signature_keys(list(run.get_input_details()), input_names)
-        return lambda i: run(**{n: samples.inputs[ours][i] for n, ours in zip(names, input_names)})
-    interpreter.allocate_tensors()
-    details = interpreter.get_input_details()
-
-    def invoke(i):
-        for d, ours in zip(details, input_names):
-            interpreter.set_tensor(d["index"], samples.inputs[ours][i])
-        interpreter.invoke()
-
-    return invoke
 
 
 def ranges(stats: dict[str, dict], method: str) -> dict[str, dict]:
@@ -152,13 +128,9 @@ def _mended(model_bytes: bytes) -> bytes:
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(model_bytes))
     graph = model.subgraphs[0]
     codes = [max(c.builtinCode, c.deprecatedBuiltinCode) for c in model.operatorCodes]
-    dequantized = {op.inputs[0]: op.outputs[0] for op in graph.operators if codes[op.opcodeIndex] == DEQUANTIZE}
-    mended = 0
-    for sig in model.signatureDefs or []:
-        for entry in sig.outputs or []:
-            if entry.tensorIndex not in graph.outputs and dequantized.get(entry.tensorIndex) in graph.outputs:
-                entry.tensorIndex = dequantized[entry.tensorIndex]
-                mended += 1
+    dequantized = {op.inputs[0]: op.outputs[0] for op in graph.operators if codes[op.opcodeIndex] == fb.BuiltinOperator.DEQUANTIZE}
+    mended = point_signatures(model, {}, {int8: out for int8, out in dequantized.items()
+                                          if int8 not in graph.outputs and out in graph.outputs})
     read = {i for op in graph.operators for i in op.inputs} | set(graph.outputs)
     for op in graph.operators:
         outputs = [graph.tensors[i] for i in op.outputs]

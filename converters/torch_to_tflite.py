@@ -60,7 +60,7 @@ class TorchToTflite(Converter):
             raw = ctx.work_dir / f"{out_path.stem}.pt2e.tflite"
             model.export(str(raw))
             if not dynamic and not ctx.spec.int8_io:
-                float_io(raw, raw)  # static int8 comes out with integer I/O
+                raw.write_bytes(float_io(raw.read_bytes()))  # static int8 comes out with integer I/O
             kept = tuple(note for note in recurrent_input.torch_layers(source.exported(), ctx.calibration)
                          if note.layer not in spec.layers("float")) if ctx.calibration else ()
             _int8_float_leftovers(raw, out_path, float_input_projections=bool(kept), keep=spec.layers("float"))

@@ -107,8 +107,8 @@ def _rms_norm_class():
     return RMSNorm
 
 
-def _layer_class(RMSNorm):  # noqa: N803 - a class
-    """The decoder layer's module class (attention, MLP), its norms of class `RMSNorm`."""
+def _layer_class(norm_class):
+    """The decoder layer's module class (attention, MLP), its norms of class `norm_class`."""
     import torch
     from torch import nn
 
@@ -123,8 +123,8 @@ def _layer_class(RMSNorm):  # noqa: N803 - a class
             self.v_proj = nn.Linear(d, cfg.kv_heads * hd, bias=cfg.qkv_bias)
             self.o_proj = nn.Linear(cfg.heads * hd, d, bias=False)
             if cfg.qk_norm:
-                self.q_norm = RMSNorm(hd, cfg.rms_eps)
-                self.k_norm = RMSNorm(hd, cfg.rms_eps)
+                self.q_norm = norm_class(hd, cfg.rms_eps)
+                self.k_norm = norm_class(hd, cfg.rms_eps)
             self.cfg = cfg
 
         def forward(self, x, cos, sin, mask, k_cache, v_cache):
@@ -164,9 +164,9 @@ def _layer_class(RMSNorm):  # noqa: N803 - a class
 
         def __init__(self, cfg: DecoderConfig):
             super().__init__()
-            self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+            self.input_layernorm = norm_class(cfg.hidden_size, cfg.rms_eps)
             self.self_attn = Attention(cfg)
-            self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+            self.post_attention_layernorm = norm_class(cfg.hidden_size, cfg.rms_eps)
             self.mlp = MLP(cfg)
 
         def forward(self, x, *attention_args):
@@ -178,8 +178,8 @@ def _layer_class(RMSNorm):  # noqa: N803 - a class
     return Layer
 
 
-def _decoder_class(Layer, RMSNorm):  # noqa: N803 - classes
-    """The whole decoder's module class, its layers of class `Layer`."""
+def _decoder_class(layer_class, norm_class):
+    """The whole decoder's module class, its layers of class `layer_class`."""
     import torch
     from torch import nn
 
@@ -189,8 +189,8 @@ def _decoder_class(Layer, RMSNorm):  # noqa: N803 - classes
         def __init__(self, cfg: DecoderConfig):
             super().__init__()
             self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-            self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.layers))
-            self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+            self.layers = nn.ModuleList(layer_class(cfg) for _ in range(cfg.layers))
+            self.norm = norm_class(cfg.hidden_size, cfg.rms_eps)
 
     class Decoder(nn.Module):
         """Hugging Face's module tree (model.*, lm_head) reading a static cache, returning the new entries."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 
@@ -16,30 +17,34 @@ def _order(name: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else 0, name)
 
 
-def signature_keys(names, ours) -> list[str]:
+def _signature_keys(names, ours) -> list[str]:
     """A signature's input `names` in the order of the source's inputs `ours`: the same names where the converter
     kept them, else by their trailing numbers (litert-torch names inputs args_0, args_1, ...)."""
     return list(ours) if set(ours) == set(names) else sorted(names, key=_order)
 
 
 class TfliteRunner:
-    """A .tflite in the LiteRT interpreter on one thread, through its first signature when it has one.
-    `keep_intermediates` keeps every tensor (for per-layer tracing) and so runs without the default delegate."""
+    """A .tflite (a path, or the model's bytes) in the LiteRT interpreter on one thread, through its first
+    signature when it has one. `keep_intermediates` keeps every tensor (`interp.get_tensor` reads any of them
+    after `run`: per-layer tracing, calibration statistics) and so runs without the default delegate."""
 
-    def __init__(self, path: str, signature: Signature, *, keep_intermediates: bool = False):
+    def __init__(self, model: str | bytes, signature: Signature, *, keep_intermediates: bool = False):
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
         # Keeping every intermediate tensor needs the built-in kernels: a delegate (XNNPACK by
         # default) runs its part of the graph as one op and keeps nothing in between.
         extra = {"experimental_preserve_all_tensors": True,
                  "experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES} if keep_intermediates else {}
-        self.interp = Interpreter(model_path=path, num_threads=1, **extra)
+        where = {"model_content": model} if isinstance(model, bytes) else {"model_path": str(model)}
+        with warnings.catch_warnings():  # "intended for debugging purposes only": keeping every tensor is the point
+            warnings.simplefilter("ignore", UserWarning)
+            self.interp = Interpreter(**where, num_threads=1, **extra)
         sigs = self.interp.get_signature_list()
         self.runner = self.interp.get_signature_runner(next(iter(sigs))) if sigs else None
         self.signature = signature
         if self.runner is not None:
             details = self.runner.get_input_details()
-            self.keys = signature_keys(list(details), list(signature.input_names))
+            self.keys = _signature_keys(list(details), list(signature.input_names))
             self.inputs = [details[k] for k in self.keys]
             outs = self.runner.get_output_details()
             self.out_keys = sorted(outs, key=_order)
