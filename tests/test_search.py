@@ -434,3 +434,31 @@ def test_a_config_pass_that_is_not_a_boolean_exits_2(tmp_path, key):
                       f'targets = ["onnx"]\nprecisions = ["int8"]\n{key} = "yes"\n')
     p = run_cli("check", config, "--out", tmp_path / "out")
     assert p.returncode == 2 and key in p.stderr and "true or false" in p.stderr, p.stderr
+
+
+def test_a_tflite_op_kept_float_and_quantized_again_is_traced_through():
+    """An int8 .tflite with an op kept float (no fp32 op matches it) whose output is quantized again for the int8
+    op after it: the search's ranking of g2p-en's GRU after keeping `fc` float failed with "KeyError: 'int8-op261'"
+    on that QUANTIZE. It passes the float op's level on, so the op after it is judged on what reached it."""
+    from types import SimpleNamespace
+
+    from edgekit.core.drift import rank
+    from edgekit.targets.tflite.layers import _keys
+
+    def op(index, name, inputs, outputs):
+        return {"index": index, "op_name": name, "inputs": inputs, "outputs": outputs}
+
+    def model(ops, tensors):
+        return SimpleNamespace(ops=ops, inputs=[0], activations={0, *(t for o in ops for t in o["outputs"])},
+                               tensors={t: {"name": f"t{t}", "dtype": "float32", "shape": [1]} for t in range(tensors)})
+
+    ref = model([op(0, "FULLY_CONNECTED", [0, 9], [1]), op(1, "TANH", [1], [2]), op(2, "ADD", [2, 2], [3])], 10)
+    qnt = model([op(0, "QUANTIZE", [0], [1]), op(1, "FULLY_CONNECTED", [1, 9], [2]), op(2, "DEQUANTIZE", [2], [3]),
+                 op(3, "TANH", [3], [4]), op(4, "QUANTIZE", [4], [5]), op(5, "ADD", [5, 5], [6])], 10)
+    pairs = {1: (ref.ops[0], "FULLY_CONNECTED"), 5: (ref.ops[2], "ADD")}  # the float TANH is matched by nothing
+    compare, traced = _keys(ref, qnt, pairs, ("x",))
+    assert sorted(key for key, _ in compare.values()) == ["input:0@quantized", "op0", "op2"]
+    by_op = {t.op: t for t in traced}
+    assert set(by_op["ADD"].inputs) == {"int8-op3@quantized"}
+    ranked = {d.tensor: d for d in rank(traced, {"input:0@quantized": 40.0, "op0": 30.0, "op2": 20.0})}
+    assert ranked["op2"].loss_db == 10.0  # judged against the FC's 30 dB that reached it through the float TANH

@@ -163,6 +163,10 @@ def _keys(ref: _Traced, qnt: _Traced, pairs: dict[int, tuple[dict, str]], input_
                 key_of[out] = base
                 continue
             key_of[out] = f"{base}@quantized"
+            if base not in ref_of:  # quantizing what has no fp32 counterpart (an op kept float): passes its level on
+                traced.append(Traced(layer_name([qnt.tensors[out]["name"]], f"quantize_{op['index']}"), name,
+                                     key_of[out], (base,)))
+                continue
             compare[out] = (key_of[out], ref_of[base])
             ref_of[key_of[out]] = ref_of[base]
             if base.startswith("input:"):  # the model input's quantization is a layer of its own
