@@ -77,16 +77,18 @@ def _float_model(ctx) -> bytes:
 
 def _int8(float_model: bytes, src: ModelArtifact, ctx) -> bytes:
     """`float_model` at static int8 by ai-edge-quantizer (tflite_int8) on ctx.calibration with the spec's method,
-    layers and int16 activations; float inputs and outputs unless int8_io. Raises tflite_int8.ControlFlow."""
+    layers and int16 activations, the batch norms no conv took (`unfolded_affines`) float unless asked at int16;
+    float inputs and outputs unless int8_io. Raises tflite_int8.ControlFlow."""
     shared = ctx.reuse.kept if ctx.reuse is not None else {}
     if tflite_int8.STATISTICS not in shared:
         shared[tflite_int8.STATISTICS] = tflite_int8.statistics(float_model, ctx.calibration, src.signature)
     spec = ctx.spec
     scopes = _layer_scopes(float_model, ctx, (*spec.layers("float"), *spec.layers("int16")))
+    int16 = [s for layer in spec.layers("int16") for s in scopes[layer]]
+    by_rule = [] if spec.int16_activations else [s for s in tflite_int8.unfolded_affines(float_model) if s not in int16]
     model = tflite_int8.quantize(float_model, tflite_int8.ranges(shared[tflite_int8.STATISTICS], spec.method),
-                                 float_scopes=[s for layer in spec.layers("float") for s in scopes[layer]],
-                                 int16_scopes=[s for layer in spec.layers("int16") for s in scopes[layer]],
-                                 int16_activations=spec.int16_activations)
+                                 float_scopes=[*by_rule, *(s for layer in spec.layers("float") for s in scopes[layer])],
+                                 int16_scopes=int16, int16_activations=spec.int16_activations)
     return model if spec.int8_io else float_io(model)
 
 

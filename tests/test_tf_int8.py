@@ -145,3 +145,38 @@ def test_a_savedmodels_layers_are_found_by_the_names_the_ranking_gives():
     assert _layer_of(scope, set(), ["model_1/cq_t2010v2_1/conv1d_16"]) == "model_1/cq_t2010v2_1/conv1d_16"
     assert _layer_of("digits/conv1_1/BiasAdd;digits/conv1_1/Conv2D;", {"conv1", "conv2"}, ["conv1"]) == "conv1"
     assert _layer_of("model_1/other/Relu;", set(), ["model_1/cq_t2010v2_1/conv1d_16"]) == "model_1/other/Relu"
+
+
+@pytest.mark.slow
+def test_a_batch_norm_after_its_activation_stays_float(tmp_path):
+    """tempocnn's Keras CNN puts each BatchNormalization after its ELU (or a pool), where TFLiteConverter cannot fold
+    it into a conv: a MUL and an ADD by per-channel constants, whose int8 output shares one scale over channels the
+    norm sets far apart. Those two ops stay float by default, as the ELU before them does; the convs stay int8."""
+    import keras
+    from sklearn.datasets import load_digits
+
+    keras.utils.set_random_seed(0)
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)[..., None]
+    x = keras.Input((8, 8, 1), name="image")
+    h = x
+    for k in (1, 2):
+        h = keras.layers.Conv2D(16, 3, padding="same", activation="elu", name=f"conv{k}")(h)
+        h = keras.layers.BatchNormalization(name=f"norm{k}")(h)
+    model = keras.Model(x, keras.layers.Dense(10, name="head")(keras.layers.GlobalAveragePooling2D()(h)))
+    model.compile("adam", "sparse_categorical_crossentropy")
+    model.fit(images[:512], digits.target[:512], epochs=3, verbose=0)
+    for k in (1, 2):  # channels the norm sets far apart, as a trained one does
+        norm = model.get_layer(f"norm{k}")
+        gamma, beta, mean, var = norm.get_weights()
+        norm.set_weights([gamma * np.geomspace(0.05, 5, 16), beta, mean, var])
+    model.save(tmp_path / "norm_after_elu.keras")
+    np.savez(tmp_path / "calib.npz", image=images[512:576, None])
+    np.savez(tmp_path / "eval.npz", image=images[576:640, None])
+    proc = run_cli("convert", tmp_path / "norm_after_elu.keras", "-t", "tflite", "--int8", "--calib",
+                   tmp_path / "calib.npz", "--eval", tmp_path / "eval.npz", "--out", tmp_path / "out", "--json")
+    artifact = _artifact(proc)
+    assert artifact["verification"]["status"] == "pass", artifact["verification"].get("reasons")
+    ops = artifact["verification"]["inspection"]["ops"]
+    assert {(o["type"], o["mode"]) for o in ops if o["type"] in ("MUL", "ADD", "CONV_2D")} == {
+        ("MUL", "float"), ("ADD", "float"), ("CONV_2D", "int8")}, ops
