@@ -485,7 +485,36 @@ def keep_float(model: Path) -> list[str]:
                 writer = next((producer[i] for i in writer.input if i in producer), None)
             if writer is not None and writer.op_type in ("MatMul", "Gemm"):
                 out.append(writer.name)
-    return out + squared_stretches(graph) + score_head_nodes(graph)
+    return out + squared_stretches(graph) + score_head_nodes(graph) + unfolded_affines(graph)
+
+
+# ops after which a batch norm cannot be folded into a conv: activations and pools
+_AFTER_ACTIVATION = ("Relu", "LeakyRelu", "Elu", "Selu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "PRelu",
+                     "AveragePool", "MaxPool", "GlobalAveragePool")
+
+
+def unfolded_affines(graph) -> list[str]:
+    """Each batch norm after an activation or a pool (Keras models that put BatchNormalization after an ELU:
+    tempocnn), which no conv took: a Mul by a per-channel constant of an activation's or pool's output whose one
+    reader Adds a per-channel constant. At int8 its output shares one scale over channels the norm sets far apart;
+    it stays float, with the activation before it, as on tflite (edgekit.converters.tflite_int8.unfolded_affines)."""
+    vectors = {i.name: _numel(i) for i in graph.initializer if sum(d > 1 for d in i.dims) == 1}
+    producer = {o: node for node in graph.node for o in node.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+
+    def channels(node) -> int:
+        return next((vectors[i] for i in node.input if i in vectors), 0)
+
+    out = []
+    for node in graph.node:
+        after = readers.get(node.output[0], []) if node.op_type == "Mul" and channels(node) else []
+        if len(after) == 1 and after[0].op_type == "Add" and channels(after[0]) == channels(node) and any(
+                producer.get(i) is not None and producer[i].op_type in _AFTER_ACTIVATION for i in node.input):
+            out += [node.name, after[0].name]
+    return out
 
 
 # what a power goes through on its way to a root or a logarithm: sums, means, scalings, a floor (Clip, Max),

@@ -32,6 +32,11 @@ from edgekit.targets.tflite.runner import TfliteRunner
 STATISTICS = "tflite statistics"  # ConvertContext.reuse's key for the one calibration pass
 
 
+# ops after which a batch norm cannot be folded into a conv: activations and pools
+_AFTER_ACTIVATION = ("RELU", "RELU6", "LEAKY_RELU", "ELU", "LOGISTIC", "TANH", "HARD_SWISH", "PRELU",
+                     "AVERAGE_POOL_2D", "MAX_POOL_2D", "MEAN")
+
+
 class ControlFlow(Exception):
     """The float model has subgraphs besides its main one (a WHILE or IF body)."""
 
@@ -117,7 +122,8 @@ def op_scopes(float_model: bytes) -> list[str]:
 
 def unfolded_affines(float_model: bytes) -> list[str]:
     """The scopes of each batch norm TFLiteConverter could not fold into a conv (a Keras BatchNormalization after
-    its activation or a pool): a MUL by a per-channel constant whose one reader ADDs a per-channel constant. At
+    its activation or a pool): a MUL by a per-channel constant of an activation's or pool's output whose one reader
+    ADDs a per-channel constant. At
     int8 their outputs share one scale over channels the norm sets far apart. Kept float by default: on
     tempocnn's 9 such norms (after ELUs, which ai-edge-quantizer leaves float anyway) the eval cosine went from
     0.9625 to 0.9790 at 1.0–1.1× the latency (at int16 activations: 0.9787, at 1.4×: LiteRT's 16×8 kernels split
@@ -141,13 +147,17 @@ def unfolded_affines(float_model: bytes) -> list[str]:
     for k, op in enumerate(graph.operators):
         for i in op.inputs:
             readers.setdefault(i, []).append(k)
+    writer = {o: k for k, op in enumerate(graph.operators) for o in op.outputs}
+    after_activation = {getattr(fb.BuiltinOperator, name) for name in _AFTER_ACTIVATION}
     scopes = [tfl.get_op_scope(op, graph.tensors) for op in graph.operators]
     found = []
     for k, op in enumerate(graph.operators):
         after = readers.get(op.outputs[0], [])
         if (codes[op.opcodeIndex] == fb.BuiltinOperator.MUL and len(after) == 1 and channels(op)
                 and codes[graph.operators[after[0]].opcodeIndex] == fb.BuiltinOperator.ADD
-                and channels(graph.operators[after[0]]) == channels(op)):
+                and channels(graph.operators[after[0]]) == channels(op)
+                and any(codes[graph.operators[w].opcodeIndex] in after_activation for i in op.inputs
+                        if (w := writer.get(i)) is not None)):
             found += [scopes[k], scopes[after[0]]]
     return found
 

@@ -151,7 +151,8 @@ def test_a_savedmodels_layers_are_found_by_the_names_the_ranking_gives():
 def test_a_batch_norm_after_its_activation_stays_float(tmp_path):
     """tempocnn's Keras CNN puts each BatchNormalization after its ELU (or a pool), where TFLiteConverter cannot fold
     it into a conv: a MUL and an ADD by per-channel constants, whose int8 output shares one scale over channels the
-    norm sets far apart. Those two ops stay float by default, as the ELU before them does; the convs stay int8."""
+    norm sets far apart. Those two ops stay float by default, as the ELU before them does, on tflite and on onnx
+    (tf2onnx writes the same Mul and Add); the convs stay int8."""
     import keras
     from sklearn.datasets import load_digits
 
@@ -173,10 +174,14 @@ def test_a_batch_norm_after_its_activation_stays_float(tmp_path):
     model.save(tmp_path / "norm_after_elu.keras")
     np.savez(tmp_path / "calib.npz", image=images[512:576, None])
     np.savez(tmp_path / "eval.npz", image=images[576:640, None])
-    proc = run_cli("convert", tmp_path / "norm_after_elu.keras", "-t", "tflite", "--int8", "--calib",
+    proc = run_cli("convert", tmp_path / "norm_after_elu.keras", "-t", "tflite", "-t", "onnx", "--int8", "--calib",
                    tmp_path / "calib.npz", "--eval", tmp_path / "eval.npz", "--out", tmp_path / "out", "--json")
-    artifact = _artifact(proc)
-    assert artifact["verification"]["status"] == "pass", artifact["verification"].get("reasons")
-    ops = artifact["verification"]["inspection"]["ops"]
-    assert {(o["type"], o["mode"]) for o in ops if o["type"] in ("MUL", "ADD", "CONV_2D")} == {
-        ("MUL", "float"), ("ADD", "float"), ("CONV_2D", "int8")}, ops
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    artifacts = {a["target"]: a for a in json.loads(proc.stdout)["artifacts"]}
+    for target, names in {"tflite": ("MUL", "ADD", "CONV_2D"), "onnx": ("Mul", "Add", "Conv")}.items():
+        verification = artifacts[target]["verification"]
+        assert verification["status"] == "pass", (target, verification.get("reasons"))
+        ops = verification["inspection"]["ops"]
+        mul, add, conv = names
+        assert {(o["type"], o["mode"]) for o in ops if o["type"] in names} == {
+            (mul, "float"), (add, "float"), (conv, "int8")}, (target, ops)
