@@ -82,6 +82,8 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
             example_inputs: str | os.PathLike | None = None, model_class: str | None = None,
             trust_pickle: bool = False, trust_model_code: bool = False, cache: bool = False,
             time_budget: float | None = 1800, progress: Callable[[str], object] | None = None,
+            optimize: str = "latency", ort_platform: str = "arm", attribution: bool = False,
+            group_size: int = 32, max_seq_len: int | None = None, prefill_len: int | None = None,
             **unknown) -> ConvertResult:
     """Convert `source` to each of `targets`, verify every artifact in its own runtime, place it in `out`.
 
@@ -107,17 +109,16 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
       ({metric: limit}: keep the fewest layers back until they hold) with `min_int8_share` and `max_steps`.
     - `input_shapes` ({input: (1, 3, 224, 224)}), `example_inputs` (.npz), `model_class` ("module:Class"
       for a state_dict), `trust_pickle`, `trust_model_code`: how to open the source, as on the command line.
-    - `cache=True` places results from the artifact cache and stores new ones (off by default here);
-      `progress` receives one line per step (e.g. `progress=print`).
-    - `time_budget`: seconds each target may take to convert and verify (None or 0: no limit).
+    - `cache=True` (the artifact cache) and `attribution=True` (a failed int8 verdict names the layers losing the
+      most): off by default here; `progress` receives one line per step (e.g. `progress=print`); `time_budget`,
+      `optimize`, `ort_platform`, and a decoder LM's `group_size`, `max_seq_len`, `prefill_len`: as on the CLI.
 
-    Returns a `ConvertResult`: `.artifacts` (an `ArtifactResult` per target: `.target`, `.artifact.path`,
-    `.bytes`, `.verdict.status` "pass" or "fail", `.verdict.metrics`, `.verdict.reasons`), `.warnings`,
-    `.failed`, `.failures` (with several targets, a `TargetFailure` per target that made no artifact — its
-    conversion failed or ran past `time_budget` —, the others kept; a single target raises its error) and
-    `.to_json()` (the `edgekit convert --json` document, but an exact match's `sqnr_db` stays
-    `inf` where the command line writes null). Raises `BadInput` for anything given that cannot be used,
-    before any conversion starts.
+    Returns a `ConvertResult`: `.artifacts` (an `ArtifactResult` per target: `.target`, `.artifact.path`, `.bytes`,
+    `.verdict.status` "pass" or "fail", `.verdict.metrics`, `.verdict.reasons`), `.warnings`, `.failed`,
+    `.failures` (with several targets, a `TargetFailure` per target that made no artifact — its conversion failed
+    or ran past `time_budget` —, the others kept; a single target raises its error) and `.to_json()` (the
+    `edgekit convert --json` document; an exact match's `sqnr_db` stays `inf` where the command line writes
+    null). Raises `BadInput` for anything given that cannot be used, before any conversion starts.
     """
     _refuse_unknown(convert, unknown)
     from edgekit.calibration.sources import CalibrationSpec  # local: keeps the engine (~0.4 s) off `import edgekit`
@@ -127,9 +128,9 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
     from edgekit.sources.loading import SourceOptions  # local: as above
 
     _flags(int8=int8, int8_io=int8_io, bias_correction=True if bias_correction is None else bias_correction,
-           smooth_quant=True if smooth_quant is None else smooth_quant, int16_stem=int16_stem, int16_activations=int16_activations, trust_pickle=trust_pickle, trust_model_code=trust_model_code, cache=cache)
-    _names_and_counts(precision=precision, calib_method=calib_method or "", granularity=granularity,
-                      calib_samples=calib_samples)
+           smooth_quant=True if smooth_quant is None else smooth_quant, int16_stem=int16_stem, int16_activations=int16_activations, trust_pickle=trust_pickle, trust_model_code=trust_model_code, cache=cache, attribution=attribution)
+    _names_and_counts(dict(calib_samples=calib_samples, group_size=group_size, max_seq_len=max_seq_len, prefill_len=prefill_len),
+                      precision=precision, calib_method=calib_method or "", granularity=granularity, optimize=optimize, ort_platform=ort_platform)
     _progress(progress)
     _out_folder(out)
     if calibration is not None and not isinstance(calibration, CalibrationSpec):
@@ -141,25 +142,26 @@ def convert(source: str | os.PathLike, targets: str | Iterable[str] = "all", *, 
         thresholds=_mapping(thresholds, "thresholds", {"cosine": 0.999}),
         output_kinds=_mapping(output_kinds, "output_kinds", {"output_1": "regression"}), int8_io=int8_io,
         bias_correction=bias_correction, smooth_quant=smooth_quant, int16_stem=int16_stem,
-        int16_activations=int16_activations, granularity=granularity,
-        keep=_keep(keep),
-        budgets=_mapping(budgets, "budgets", {"cosine": 0.99}), min_int8_share=min_int8_share, max_steps=max_steps,
-        time_budget=time_budget,
+        int16_activations=int16_activations, granularity=granularity, optimize=optimize, ort_platform=ort_platform,
+        attribute_failures=attribution, group_size=group_size, keep=_keep(keep),
+        budgets=_mapping(budgets, "budgets", {"cosine": 0.99}), min_int8_share=min_int8_share, max_steps=max_steps, time_budget=time_budget,
         source_options=SourceOptions(trust_pickle, model_class, _shapes(input_shapes),
                                      _path(example_inputs, "example_inputs") if example_inputs is not None else None,
-                                     trust_model_code),
+                                     trust_model_code, max_seq_len=max_seq_len, prefill_len=prefill_len),
     )
     with _as_a_command():
         return run(request, progress=progress, cache=ArtifactCache() if cache else None)
 
 
-def _names_and_counts(calib_samples, **names) -> None:
-    """Refuse a keyword that names something given as anything but a str, and a sample count that is no int."""
+def _names_and_counts(counts: dict, **names) -> None:
+    """Refuse a keyword that names something given as anything but a str, and a count (`counts`: keyword → value,
+    None for the default) that is no int."""
     for keyword, value in names.items():
         if not isinstance(value, str):
             raise BadInput(f"{keyword}={value!r} is not a name", fix=f"give {keyword} as a str")
-    if calib_samples is not None and (isinstance(calib_samples, bool) or not isinstance(calib_samples, int)):
-        raise BadInput(f"calib_samples={calib_samples!r} is not a number of samples", fix="give an int, or None for all")
+    for keyword, value in counts.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise BadInput(f"{keyword}={value!r} is not a whole number", fix=f"give {keyword} as an int, or None for the default")
 
 
 def check(config: str | os.PathLike = "edgekit.toml", *, out: str | os.PathLike = "edgekit-check", jobs: int = 1,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.core.errors import BadInput, reading
+from edgekit.core.option_schema import config_keys
 from edgekit.core.quant import PRECISION_ALIASES, PassFlags, Precision
 from edgekit.core.verify import HIGHER_IS_BETTER, parse_output_kinds
 from edgekit.sources.loading import SourceOptions
@@ -18,9 +19,13 @@ LATENCY_BUDGETS = ("max_latency_ms", "min_int8_speedup")  # host CPU latency at 
 LM_BUDGETS = {"min_token_agreement": "token_agreement", "max_perplexity_ratio": "perplexity_ratio"}
 BUDGET_KEYS = {"max_accuracy_drop", "min_accuracy", "max_bytes", *LATENCY_BUDGETS, *HIGHER_IS_BETTER, *LM_BUDGETS}
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a model's name is a folder under --out: no separators, no ..
-MODEL_KEYS = {"name", "path", "calibration", "eval", "targets", "precisions", "input_shape", "calib_method",
-              "bias_correction", "smooth_quant", "int16_stem", "int16_activations", "budgets", "artifacts", "search", "output_kinds",
-              "time_budget"}
+# a case's options (edgekit.core.option_schema), and what only a config has: its name and given artifacts
+MODEL_KEYS = {"name", "artifacts", *config_keys()}
+# options passed to the request as they are, by type: {key: (type, example)}
+_PLAIN = {"int8_io": (bool, "true"), "group_size": (int, "64"), "optimize": (str, '"accuracy"'),
+          "ort_platform": (str, '"x86"'), "granularity": (str, '"per-tensor"')}
+_CALIBRATION = {"calib_samples": (int, "64"), "calib_preprocess": (str, '"size=32x32,scale=1/255"')}
+_SOURCE = {"max_seq_len": (int, "128"), "prefill_len": (int, "16"), "model_class": (str, '"model:Net"')}
 SEARCH_KEYS = {"min_int8_share", "max_steps"}
 
 
@@ -47,6 +52,13 @@ class ModelCheck(PassFlags):
     search: dict | None = None  # accuracy-aware int8 (edgekit.engine.search): {min_int8_share, max_steps}, or None
     output_kinds: dict = field(default_factory=dict)  # output name → kind (edgekit.core.verify.KINDS)
     time_budget: float | None = DEFAULT_TIME_BUDGET  # seconds each target may take (edgekit.engine.deadline); None: none
+    options: dict = field(default_factory=dict)  # the request's other options as given (_PLAIN: int8_io, group_size, …)
+    calibration_options: dict = field(default_factory=dict)  # how much of the calibration data, and how (_CALIBRATION)
+    opening: dict = field(default_factory=dict)  # how to open the source beyond input_shape (_SOURCE, example_inputs)
+
+    def options_for(self, precision: str) -> dict:
+        """The request options of the case at `precision`: int8_io at int8 only (the config's precisions share it)."""
+        return {k: v for k, v in self.options.items() if k != "int8_io" or precision == Precision.INT8}
 
     def budget(self, precision: str) -> dict:
         """The limits for `precision`: the "*" budgets, overridden key by key by the precision's own."""
@@ -56,7 +68,7 @@ class ModelCheck(PassFlags):
         """How to open this model: its input shapes and project from the config, trust from the command line."""
         return SourceOptions(trust_pickle=bool(trust and trust.trust_pickle),
                              trust_model_code=bool(trust and trust.trust_model_code),
-                             input_shapes=self.input_shape, project=self.project)
+                             input_shapes=self.input_shape, project=self.project, **self.opening)
 
 
 def load_config(path: str | Path) -> tuple[ModelCheck, ...]:
@@ -145,8 +157,24 @@ def _model(m: dict, i: int, base: Path, config: Path) -> ModelCheck:
         int16_stem=_flag(m, "int16_stem", where), int16_activations=_flag(m, "int16_activations", where),
         budgets=_budgets(m.get("budgets", {}), where), artifacts=artifacts, project=str(base.resolve()),
         search=_search(m.get("search"), where, Precision.INT8 in precisions), output_kinds=_output_kinds(m, where),
-        time_budget=_seconds(m, "time_budget", where, DEFAULT_TIME_BUDGET),
+        time_budget=_seconds(m, "time_budget", where, DEFAULT_TIME_BUDGET), options=_typed(m, _PLAIN, where),
+        calibration_options={k.removeprefix("calib_"): v for k, v in _typed(m, _CALIBRATION, where).items()},
+        opening={**_typed(m, _SOURCE, where), **({"example_inputs": rel("example_inputs")} if "example_inputs" in m else {})},
     )
+
+
+def _typed(m: dict, keys: dict, where: str) -> dict:
+    """The values of `keys` ({key: (type, example)}) that `m` gives, each of its type; BadInput naming the key."""
+    out = {}
+    for key, (kind, example) in keys.items():
+        if key not in m:
+            continue
+        value = m[key]
+        if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+            raise BadInput(f"{where}.{key}: {value!r} is not {'true or false' if kind is bool else kind.__name__}",
+                           fix=f"write {key} = {example}")
+        out[key] = value
+    return out
 
 
 def _seconds(m: dict, key: str, where: str, default: float) -> float | None:

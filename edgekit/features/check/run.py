@@ -117,8 +117,8 @@ def request(m: ModelCheck, precision: str, options: Options, targets=None, seed=
         m.path, targets or m.targets or ("all",), Path(options.out_dir) / m.name / precision, precision=precision,
         eval_data=m.eval, thresholds=_metric_limits(m.budget(precision)), output_kinds=m.output_kinds,
         time_budget=m.time_budget, source_options=m.source_options(options.trust),
-        calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration and precision == Precision.INT8 else None,
-        calib_method=m.calib_method,
+        calibration=CalibrationSpec(m.calibration, project=m.project, **m.calibration_options) if m.calibration and precision == Precision.INT8 else None,
+        calib_method=m.calib_method, **m.options_for(precision),
         **{p: _whole_model_pass(on, bool(seed and seed[p]), precision) for p, on in m.pass_flags().items()},
         keep={o["layer"]: o["precision"] for o in (seed or {}).get("overrides", ())},
         **({"budgets": {k: v for k, v in m.budget(precision).items() if k in _OUTPUT_METRICS}, **m.search}
@@ -249,7 +249,7 @@ def attribute_case(m: ModelCheck, c: Case, options: Options, float_path: str | N
         model = (sources or Sources()).open(m.path, m.source_options(trust))
         layers = attribute(c.path, m.path, source_options=m.source_options(trust), model=model, float_path=float_path,
                            eval_data=m.eval,
-                           calibration=CalibrationSpec(m.calibration, project=m.project) if m.calibration else None,
+                           calibration=CalibrationSpec(m.calibration, project=m.project, **m.calibration_options) if m.calibration else None,
                            method=m.calib_method or "minmax",  # the PT2E backends' default recipe
                            bias_correction=c.bias_correction, smooth_quant=c.smooth_quant,
                            progress=progress)
