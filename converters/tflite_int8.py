@@ -123,9 +123,8 @@ def op_scopes(float_model: bytes) -> list[str]:
 def unfolded_affines(float_model: bytes) -> list[str]:
     """The scopes of each batch norm TFLiteConverter could not fold into a conv (a Keras BatchNormalization after
     its activation or a pool): a MUL by a per-channel constant of an activation's or pool's output whose one reader
-    ADDs a per-channel constant. At
-    int8 their outputs share one scale over channels the norm sets far apart. Kept float by default: on
-    tempocnn's 9 such norms (after ELUs, which ai-edge-quantizer leaves float anyway) the eval cosine went from
+    ADDs a per-channel constant. At int8 their outputs share one scale over channels the norm sets far apart.
+    Kept float by default: on tempocnn's 9 such norms (after ELUs, which ai-edge-quantizer leaves float anyway) the eval cosine went from
     0.9625 to 0.9790 at 1.0–1.1× the latency (at int16 activations: 0.9787, at 1.4×: LiteRT's 16×8 kernels split
     XNNPACK's partitions)."""
     from ai_edge_litert import schema_py_generated as fb
