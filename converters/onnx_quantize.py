@@ -429,7 +429,7 @@ def mixed_scale_concats(model: Path, ranges) -> list[str]:
 
 
 _RESHAPES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze")
-_LAYOUT = ("Transpose", *_RESHAPES, "Identity")  # ops that move values without changing them
+_LAYOUT = ("Transpose", *_RESHAPES, "Identity", "Expand")  # ops that move (or repeat) values without changing them
 _COMBINERS = ("Add", "Sub", "Mul", "Div", "Where", "Max", "Min")
 _NORMS = ("LayerNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization", "RMSNormalization")
 
@@ -485,7 +485,7 @@ def keep_float(model: Path) -> list[str]:
                 writer = next((producer[i] for i in writer.input if i in producer), None)
             if writer is not None and writer.op_type in ("MatMul", "Gemm"):
                 out.append(writer.name)
-    return out + squared_stretches(graph) + score_head_nodes(graph) + unfolded_affines(graph)
+    return out + squared_stretches(graph) + written_out_norms(graph) + score_head_nodes(graph) + unfolded_affines(graph)
 
 
 # ops after which a batch norm cannot be folded into a conv: activations and pools
@@ -552,6 +552,59 @@ def _signal_path(graph, squarings: list) -> list[str]:
             return []
         todo += [i for i in node.input if i and i not in inits and producer.get(i, node).op_type != "Constant"]
     return path
+
+
+def written_out_norms(graph) -> list[str]:
+    """Each normalization written out in elementwise ops (jax2tf's layer norm: ReduceSum, a variance, Sqrt,
+    Reciprocal, Mul) whole: the nodes between the tensor whose squares make its variance and the node that
+    applies 1/σ (a Mul by the root's Reciprocal, or a Div by the root). Its variance stretch alone kept float
+    (`squared_stretches`) leaves 1/σ, which spans the root's range inverted, to int8 at that node's input:
+    magika's byte classifier, int8 cosine 0.9499 either way; its two layer norms whole float: 0.9777."""
+    producer = {o: n for n in graph.node for o in n.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    by_name = {n.name: n for n in graph.node}
+    constants = {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    out: list[str] = []
+    for stretch, _ in _stretches(graph):
+        root = by_name[stretch[0]]
+        inverse = [r for r in readers.get(root.output[0], []) if r.op_type == "Reciprocal"]
+        applying = [n for r in inverse if (n := _applying(r.output[0], readers, constants)) is not None] + [
+            r for r in readers.get(root.output[0], []) if r.op_type == "Div" and r.input[1] == root.output[0]]
+        if root.op_type != "Sqrt" or not applying:
+            continue
+        squared = {i for name in stretch for i in by_name[name].input
+                   if by_name[name].op_type in ("Mul", "Pow") and i in producer and i not in {o for n in stretch for o in by_name[n].output}}
+        after = set().union(*(_reached({t}, lambda t: [o for n in readers.get(t, []) for o in n.output]) - {t}
+                              for t in squared))  # strictly after: the normalized tensor's writer is not the norm's
+        before = _reached({o for n in applying for o in n.output}, lambda t: list(producer[t].input) if t in producer else [])
+        out += [n.name for n in graph.node if set(n.output) & after & before and n.name not in out]
+    return out
+
+
+def _applying(inverse: str, readers: dict, constants: set[str]):
+    """The Mul that applies 1/σ (tensor `inverse`) to the centered values, past Muls scaling it by a constant (the
+    norm's scale folded in: jax2tf's `Rsqrt * scale`); None where 1/σ goes anywhere else."""
+    while len(readers.get(inverse, [])) == 1 and readers[inverse][0].op_type == "Mul":
+        node = readers[inverse][0]
+        others = [i for i in node.input if i != inverse]
+        if not others or not all(i in constants for i in others):
+            return node
+        inverse = node.output[0]
+    return None
+
+
+def _reached(start: set[str], step) -> set[str]:
+    """The tensors reached from `start` (included) by repeating `step` (tensor → next tensors)."""
+    seen, todo = set(start), list(start)
+    while todo:
+        for t in step(todo.pop()):
+            if t and t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
 
 
 def log_power_signal(graph) -> list[str]:
