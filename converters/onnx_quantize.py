@@ -450,10 +450,7 @@ def keep_float(model: Path) -> list[str]:
     weights = {i.name for i in graph.initializer} - constant
     derived = {i.name for i in graph.input if i.type.tensor_type.elem_type not in float_types} - constant - weights
     out = []
-    consumers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
+    producer, consumers = _links(graph)
     for node in graph.node:  # topological order
         inputs = [i for i in node.input if i]
         if all(i in constant for i in inputs):
@@ -467,7 +464,6 @@ def keep_float(model: Path) -> list[str]:
     # Embedding tables: int8 per row afterwards (int8_weights_only); onnxruntime would give a
     # whole table one scale, which a few outlier rows stretch.
     out += [n.name for n in graph.node if n.op_type == "Gather" and n.input[0] in weights]
-    producer = {o: node for node in graph.node for o in node.output}
     for node in graph.node:
         norms = [c for o in node.output for c in consumers.get(o, []) if c.op_type in _NORMS]
         if node.op_type != "Add" or not norms:
@@ -499,11 +495,7 @@ def unfolded_affines(graph) -> list[str]:
     reader Adds a per-channel constant. At int8 its output shares one scale over channels the norm sets far apart;
     it stays float, with the activation before it, as on tflite (edgekit.converters.tflite_int8.unfolded_affines)."""
     vectors = {i.name: _numel(i) for i in graph.initializer if sum(d > 1 for d in i.dims) == 1}
-    producer = {o: node for node in graph.node for o in node.output}
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    producer, readers = _links(graph)
 
     def channels(node) -> int:
         return next((vectors[i] for i in node.input if i in vectors), 0)
@@ -560,11 +552,7 @@ def written_out_norms(graph) -> list[str]:
     applies 1/σ (a Mul by the root's Reciprocal, or a Div by the root). Its variance stretch alone kept float
     (`squared_stretches`) leaves 1/σ, which spans the root's range inverted, to int8 at that node's input:
     magika's byte classifier, int8 cosine 0.9499 either way; its two layer norms whole float: 0.9777."""
-    producer = {o: n for n in graph.node for o in n.output}
-    readers: dict[str, list] = {}
-    for node in graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    producer, readers = _links(graph)
     by_name = {n.name: n for n in graph.node}
     constants = {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
     out: list[str] = []
@@ -594,6 +582,16 @@ def _applying(inverse: str, readers: dict, constants: set[str]):
             return node
         inverse = node.output[0]
     return None
+
+
+def _links(graph) -> tuple[dict, dict[str, list]]:
+    """(tensor → the node writing it, tensor → the nodes reading it, in graph order) of an ONNX graph."""
+    producer = {o: node for node in graph.node for o in node.output}
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return producer, readers
 
 
 def _reached(start: set[str], step) -> set[str]:
@@ -632,12 +630,8 @@ def squeeze_excite_pools(graph) -> list[str]:
     0.988 with its pools' inputs at int16; their outputs at int16 as well changed nothing, and kept the
     bottleneck's convolutions from their int8 kernels). Likely, not measured: the map's few large activations
     set its int8 scale, and its many small values round to a step or to zero."""
-    producer = {o: n for n in graph.node for o in n.output}
+    producer, consumers = _links(graph)
     weights = {i.name for i in graph.initializer}
-    consumers: dict[str, list] = {}
-    for n in graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
 
     def constant(name: str) -> bool:
         return name in weights or (name in producer and producer[name].op_type == "Constant")
