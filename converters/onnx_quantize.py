@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.calibration import onnx_bias_correction, onnx_statistics, smooth_quant
+from edgekit.calibration import onnx_bias_correction, onnx_gptq, onnx_statistics, smooth_quant
 from edgekit.core import io_params
 from edgekit.core.artifact import ArtifactMeta, LayerNote, ModelArtifact, OpsetUpgrade
 from edgekit.core.cpu import int8_products_saturate
@@ -98,11 +98,11 @@ class OnnxQuantize(Converter):
                 types["why"] = SATURATES
             kept = ()
         else:
-            kept = _float_input_weights(prepared, src, ctx)
-            types = self._static(prepared, out_path, src, ctx, {w for w, _ in kept})
+            kept, (level, notes) = _float_input_weights(prepared, src, ctx), _level_layers(prepared, src, ctx)
+            types = self._static(prepared, out_path, src, ctx, {w for w, _ in kept}, level)
             if ctx.spec.int8_io:
                 files.append(str(_integer_io(out_path, src)))
-            kept = tuple(note for _, note in kept)
+            kept = tuple(note for _, note in kept) + notes
         prepared.unlink()
         loads_in_onnxruntime(out_path, Path(src.path).name)
         meta = ArtifactMeta(int8_types=types, opset_upgrade=upgrade or None, kept_float=kept)
@@ -129,10 +129,10 @@ class OnnxQuantize(Converter):
         return prepared, upgrade
 
     def _static(self, prepared: Path, out_path: Path, src: ModelArtifact, ctx: ConvertContext,
-                float_weights: set[str]) -> dict:
+                float_weights: set[str], level: set[str]) -> dict:
         """Static int8 QDQ at `out_path` in the integer types onnx_int8_types chooses (once per run with
         ctx.reuse: a search's steps keep the first conversion's pair), the weights named in `float_weights`
-        kept float; its `int8_types` record."""
+        kept float, the nodes named in `level` float on int8 weights (`level_path`); its `int8_types` record."""
         from onnxruntime.quantization import save_tensors_data
 
         reader = _Reader(ctx.calibration, _graph_inputs(prepared, src))
@@ -147,13 +147,13 @@ class OnnxQuantize(Converter):
         shared = ctx.reuse.kept if ctx.reuse else {}
         if "int8 types" in shared:
             pair, record = shared["int8 types"]
-            self._quantized(prepared, out_path, (reader, ranges, cache, smoothed, float_weights), ctx, pair)
+            self._quantized(prepared, out_path, (reader, ranges, cache, smoothed, float_weights, level), ctx, pair)
             return record
         pairs = onnx_int8_types.candidates(ctx.spec.int16_activations)
         made = [onnx_int8_types.Candidate(p, out_path if len(pairs) == 1 else ctx.work_dir / f"{out_path.stem}.{p.activations}.onnx")
                 for p in pairs]
         for c in made:
-            self._quantized(prepared, c.path, (reader, ranges, cache, smoothed, float_weights), ctx, c.pair)
+            self._quantized(prepared, c.path, (reader, ranges, cache, smoothed, float_weights, level), ctx, c.pair)
         timed = None  # the kept pair against the float model, where it runs ops with no int8 kernel
         if len(made) == 1:
             pick, why = made[0], SATURATES if int8_products_saturate() else "every activation is int16"
@@ -176,11 +176,14 @@ class OnnxQuantize(Converter):
 
     def _quantized(self, prepared: Path, out_path: Path, calibrated: tuple, ctx: ConvertContext, pair) -> None:
         """`prepared` quantized with its calibration (reader, ranges, the ranges' file, the smoothed nodes, the
-        weights kept float) in `pair`'s types at `out_path`, bias-corrected as the spec says, kept nodes' weights
-        stored int8."""
+        weights kept float, the nodes on a level path) in `pair`'s types at `out_path`, the input layers and the
+        level path's rounded by GPTQ (edgekit.calibration.onnx_gptq), bias-corrected as the spec says, kept
+        nodes' weights stored int8."""
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-        reader, ranges, cache, smoothed, float_weights = calibrated
+        import onnx
+
+        reader, ranges, cache, smoothed, float_weights, level = calibrated
         spec = ctx.spec
         layers = layer_nodes(prepared, spec.layers("float") + spec.layers("int16"))
         kept = [n.name for layer in spec.layers("float") for n in layers[layer]]
@@ -195,11 +198,19 @@ class OnnxQuantize(Converter):
             method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
                       "entropy": CalibrationMethod.Entropy, "mean-minmax": CalibrationMethod.MinMax}[spec.method]
             activation_type, weight_type = pair.quant_types()
-            quantize_static(str(prepared), str(out_path), None, calibration_cache_path=str(cache),
-                            nodes_to_exclude=mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed,
+            excluded = mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed + sorted(level)
+            rounded = shutil.copyfile(prepared, ctx.work_dir / f"{prepared.stem}.rounded.onnx")
+            reader.rewind()
+            inputs = onnx_gptq.input_layers(onnx.load(str(prepared), load_external_data=False).graph)
+            onnx_gptq.round_layers(rounded, {*level, *(set(inputs) - set(excluded))}, iter(reader.get_next, None),
+                                   ctx.work_dir, lambda name: (QuantType.QInt8, True) if name in level else (
+                                       weight_type, spec.granularity == "per_channel"))
+            quantize_static(str(rounded), str(out_path), None, calibration_cache_path=str(cache),
+                            nodes_to_exclude=excluded,
                             quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
                             activation_type=activation_type, weight_type=weight_type,
                             calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
+            rounded.unlink()
             if int16:
                 _keep_metadata(prepared, out_path)
             if ctx.reuse is not None:
@@ -207,10 +218,8 @@ class OnnxQuantize(Converter):
         if spec.bias_correction:
             reader.rewind()
             onnx_bias_correction.correct(out_path, prepared, iter(reader.get_next, None), ctx.work_dir)
-        import onnx
-
         model = onnx.load(str(out_path))
-        int8_weights_only(model.graph, keep=set(kept), float_weights=float_weights)
+        int8_weights_only(model.graph, keep=set(kept), float_weights=float_weights, convs=level)
         float_weights_stay_float(model.graph)
         onnx.save(model, str(out_path))
 
@@ -284,6 +293,32 @@ def _wide_by_rule(model: Path) -> list[str]:
 
     graph = onnx.load(str(model), load_external_data=False).graph
     return [*log_power_signal(graph), *squeeze_excite_pools(graph)]
+
+
+def _level_layers(prepared: Path, src: ModelArtifact, ctx: ConvertContext) -> tuple[set[str], tuple[LayerNote, ...]]:
+    """The nodes on the `level_path` of the inputs whose calibration samples spread over more than LEVEL_SPREAD_DB
+    (`spread_db`), outside the layers the spec names (float or int16), none when every activation is int16;
+    and the artifact's `kept_float` notes for the layers of their convolutions and linears."""
+    import onnx
+
+    if ctx.spec.int16_activations:
+        return set(), ()
+    graph = onnx.load(str(prepared), load_external_data=False).graph
+    loud = {name: spread_db(ctx.calibration.inputs[ours]) for ours, name in _graph_inputs(prepared, src).items()}
+    loud = {name: db for name, db in loud.items() if db > LEVEL_SPREAD_DB}
+    path = set(level_path(graph, list(loud))) - set(loud)
+    weights = {i.name for i in graph.initializer}
+    asked = set(ctx.spec.layers("float") + ctx.spec.layers("int16"))
+    nodes, notes = set(), {}
+    for node in (n for n in graph.node if set(n.output) & path):
+        layer = layer_name(node, [i for i in node.input if i in weights])
+        if layer in asked:
+            continue
+        nodes.add(node.name)
+        if node.op_type in ("Conv", "MatMul", "Gemm"):
+            why = LEVEL_WHY.format(inputs=", ".join(loud), db=max(loud.values()))
+            notes.setdefault(layer, LayerNote(layer, node.op_type, why))
+    return nodes, tuple(notes.values())
 
 
 def _keep_metadata(prepared: Path, out_path: Path) -> None:
@@ -594,6 +629,18 @@ def _links(graph) -> tuple[dict, dict[str, list]]:
     return producer, readers
 
 
+def constant_value(graph, name: str) -> np.ndarray | None:
+    """The value of tensor `name` of an ONNX graph where it is a constant: an initializer, or the output of a
+    Constant node (exporters write both: torch's exponents of Pow are Constant nodes); None otherwise."""
+    from onnx import numpy_helper
+
+    tensor = next((i for i in graph.initializer if i.name == name), None)
+    if tensor is None:
+        node = next((n for n in graph.node if n.op_type == "Constant" and name in n.output), None)
+        tensor = next((a.t for a in node.attribute if a.name == "value"), None) if node is not None else None
+    return None if tensor is None else np.asarray(numpy_helper.to_array(tensor))
+
+
 def _reached(start: set[str], step) -> set[str]:
     """The tensors reached from `start` (included) by repeating `step` (tensor → next tensors)."""
     seen, todo = set(start), list(start)
@@ -615,6 +662,58 @@ def log_power_signal(graph) -> list[str]:
     for _, signal in _stretches(graph):
         tensors += [t for t in signal if t not in tensors]
     return tensors
+
+
+LEVEL_SPREAD_DB = 30.0  # quietest to loudest calibration sample of an input, beyond which int8 floors the quiet
+# (int8 spans 48 dB from one step to full scale: a sample 30 dB down is left 4 bits)
+
+
+def spread_db(samples) -> float:
+    """How far below the loudest of these samples (N × …) the quietest 5% are, in dB by RMS; 0 for integer
+    inputs. Raw audio spreads widely (silence and speech: Silero VAD's chunks, 47 dB); images and normalized
+    features do not (their samples are within a few dB of each other)."""
+    x = np.asarray(samples)
+    if x.dtype.kind != "f" or len(x) < 2:
+        return 0.0
+    rms = np.sqrt(np.mean(np.square(x.reshape(len(x), -1), dtype=np.float64), axis=1))
+    rms = rms[rms > 0]
+    return float(20 * np.log10(rms.max() / np.percentile(rms, 5))) if len(rms) > 1 else 0.0
+
+
+LEVEL_WHY = ("on the level path of input '{inputs}', whose calibration samples are {db:.0f} dB apart: float "
+             "arithmetic on int8 weights up to the first op that compresses a level; one int8 scale set by the "
+             "loud samples rounds the quiet ones to zero")
+
+
+# ops whose output's level follows their input's: a signal twice as loud gives outputs twice as large (their
+# biases and the sign aside), so quiet and loud samples stay as far apart after them as before
+_LEVEL = ("Conv", "ConvTranspose", "MatMul", "Gemm", "Relu", "LeakyRelu", "PRelu", "MaxPool", "AveragePool",
+          "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization", "Pad", "Slice", "Split", "Concat", "Gather",
+          "Cast", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Abs", "ReduceSum", "ReduceMean", "ReduceMax", *_LAYOUT)
+
+
+def level_path(graph, inputs: list[str]) -> list[str]:
+    """The float activations whose level follows that of the graph inputs `inputs`: from them through convolutions,
+    linears, ReLUs, pools, a spectrum's magnitude and layout (`_LEVEL`), up to the first op that compresses a
+    level (a logarithm, a sigmoid or tanh, a recurrent layer's gates, a normalization). A model with no such op
+    near its input (Silero VAD: STFT, magnitude, four conv + ReLU, then an LSTM) carries the 47 dB between a
+    silent and a loud chunk through all of them, and one int8 scale per tensor, set by the loud chunks, rounds
+    a silent chunk's spectrum to zero (its speech probability 0.008 → 0.59). Their nodes keep float arithmetic
+    on int8 weights (at int16 instead: probability 0.025 off, 2.2× the float model's latency; float: 0.010, 1.4×)."""
+    constants = {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    path = list(dict.fromkeys(inputs))
+    for node in graph.node:  # topological order
+        if node.op_type not in _LEVEL or not node.input:
+            continue
+        if node.op_type in ("Add", "Sub", "Mul", "Div", "Concat"):  # every operand that is not a constant
+            data = [i for i in node.input if i and i not in constants]
+        elif node.op_type in ("Conv", "ConvTranspose", "MatMul", "Gemm") and node.input[1] not in constants:
+            continue  # a product of two activations: its level is theirs multiplied
+        else:
+            data = node.input[:1]  # layout, padding, pools: the rest are shapes, pads, axes
+        if data and all(i in path for i in data):
+            path += [o for o in node.output if o not in path]
+    return path
 
 
 # a squeeze-excite gate: from the pooled features through the bottleneck to the gate's sigmoid, and layout
@@ -663,17 +762,14 @@ def _stretches(graph) -> list[tuple[list[str], list[str]]]:
     """Each stretch from squarings to the Sqrt or Log it reaches, for the roots a squaring reaches: (its node
     names, root first; for a Log, the front end from the input to its squarings (`_signal_path`), without
     which a Log's stretch is not one; [] for a Sqrt)."""
-    from onnx import numpy_helper
-
     inits = {i.name: i for i in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output}
 
     def squaring(node) -> bool:
         if node.op_type == "Mul":
             return len(node.input) == 2 and node.input[0] == node.input[1]
-        if node.op_type != "Pow" or node.input[1] not in inits:
-            return False
-        return float(np.asarray(numpy_helper.to_array(inits[node.input[1]])).ravel()[0]) == 2.0
+        exponent = constant_value(graph, node.input[1]) if node.op_type == "Pow" else None
+        return exponent is not None and exponent.size == 1 and float(exponent.ravel()[0]) == 2.0
 
     out = []
     for root in (n for n in graph.node if n.op_type in ("Sqrt", "Log")):
@@ -731,23 +827,25 @@ def _float_input_weights(prepared: Path, src: ModelArtifact, ctx: ConvertContext
     return [(w, note) for w, note in shared["float input weights"] if note.layer not in ctx.spec.layers("float")]
 
 
-def int8_weights_only(graph, keep: set[str] = frozenset(), float_weights: set[str] = frozenset()) -> None:
+def int8_weights_only(graph, keep: set[str] = frozenset(), float_weights: set[str] = frozenset(),
+                      convs: set[str] = frozenset()) -> None:
     """Store the float weights that quantization left (MatMul/Gemm kept float, embedding tables,
-    LSTM/GRU/RNN weights) as int8, per output channel or row, behind a DequantizeLinear: int8 in the
-    file, float arithmetic at run time. The nodes named in `keep` (layers the spec keeps float) keep
-    float weights, and so do the weights named in `float_weights` (a recurrence's input weights:
-    edgekit.converters.recurrent_input). Changes `graph` (an ONNX GraphProto) in place."""
+    LSTM/GRU/RNN weights, and the Conv nodes named in `convs`) as int8, per output channel or row, behind
+    a DequantizeLinear: int8 in the file, float arithmetic at run time. The nodes named in `keep` (layers
+    the spec keeps float) keep float weights, and so do the weights named in `float_weights` (a recurrence's
+    input weights: edgekit.converters.recurrent_input). Changes `graph` (an ONNX GraphProto) in place."""
     from onnx import helper, numpy_helper
 
     inits = {i.name: i for i in graph.initializer}
     for node in list(graph.node):
         if node.name in keep:
             continue
-        for name, axis in _float_weights(node):
+        conv = node.op_type == "Conv" and node.name in convs
+        for name, axis in [(node.input[1], 0)] if conv else _float_weights(node):
             if name in float_weights:
                 continue
             w = numpy_helper.to_array(inits[name]) if name in inits else None
-            if w is None or w.dtype != np.float32 or w.ndim != (3 if node.op_type in RECURRENT else 2):
+            if w is None or w.dtype != np.float32 or w.ndim != (w.ndim if conv else 3 if node.op_type in RECURRENT else 2):
                 continue
             q, scale = recurrent_input.per_channel_int8(w, axis)
             # Named the way onnxruntime's QDQ quantizer names a weight's tensors, which its QDQ

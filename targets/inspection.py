@@ -24,16 +24,11 @@ from __future__ import annotations
 
 import collections
 import math
-import re
 from typing import Iterable
 
 from edgekit.core.errors import BadInput
-from edgekit.core.inspection import INT8_FAMILY, TOP_TENSORS, Inspection, OpInfo, RuntimeNeed
+from edgekit.core.inspection import HEAVY_OPS, INT8_FAMILY, TOP_TENSORS, Inspection, OpInfo, RuntimeNeed
 from edgekit.targets import by_format
-
-# a linear as torch names it (aten::linear), not ONNX Runtime's QLinear* elementwise kernels (QLinearAdd, QLinearMul)
-HEAVY_OPS = re.compile(r"conv|matmul|gemm|fully_?connected|batch_?mat_?mul|batch_?matrix_?multiply|addmm|\bmm\b|"
-                       r"(?<![a-z])linear", re.I)
 
 
 # ExecuTorch op namespaces whose kernels a default runtime (portable kernels + XNNPACK) registers.

@@ -227,6 +227,28 @@ def log_mel_net() -> nn.Module:
     return LogMelNet().eval()
 
 
+class LevelNet(SpectrumNet):
+    """A raw-audio classifier whose features follow the clip's level up to a logarithm (Silero VAD's shape: an
+    STFT as a convolution, its magnitude, a convolution and ReLU with no normalization; here pooled, in decibels,
+    then a linear head): a -50 dB clip's features are 50 dB below a loud clip's through every layer before the
+    log, and the log shows them whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(8)
+        self.conv = nn.Conv1d(self.bins, 16, 3, padding=1, bias=False)
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        spec = torch.nn.functional.conv1d(audio, self.basis, stride=self.hop)
+        real, imag = spec[:, : self.bins], spec[:, self.bins:]
+        features = torch.relu(self.conv(torch.sqrt(real.pow(2) + imag.pow(2)))).mean(dim=-1)
+        return self.fc(20 * torch.log10(features + 1e-6))
+
+
+def level_net() -> nn.Module:
+    return LevelNet().eval()
+
+
 class ScoreHeadNet(nn.Module):
     """A YOLO-style detector in miniature: a SiLU stem whose first conv has one loud channel (the stem's
     range is many times its bulk, as in a real detector's first stages), a body to stride 8, and per

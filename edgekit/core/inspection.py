@@ -5,6 +5,7 @@ Data only, so that a verdict, a result and the cache carry it typed; JSON at pro
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 
 MODES = ("int8", "int16", "dynamic", "weight_only", "qdq_float", "float")
@@ -12,6 +13,10 @@ INT8_MODES = frozenset({"int8", "dynamic"})
 INT8_FAMILY = frozenset({"int8", "uint8", "int4", "uint4"})
 TOP_TENSORS = 5
 JSON_OPS_LIMIT = 64  # to_json lists every op only up to this many
+# a convolution or a linear; a linear as torch names it (aten::linear), not ONNX Runtime's QLinear* elementwise
+# kernels (QLinearAdd, QLinearMul)
+HEAVY_OPS = re.compile(r"conv|matmul|gemm|fully_?connected|batch_?mat_?mul|batch_?matrix_?multiply|addmm|\bmm\b|"
+                       r"(?<![a-z])linear", re.I)
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,16 @@ class Inspection:
         """Whether no compute op asks for int8 kernels and some ask for int16 activations: int16 activations
         everywhere by design (`--int16-activations`), held to its int8 weights, not to int8 compute."""
         return self.ops_by_mode.get("int16", 0) > 0 and not self.ops_by_mode.get("int8", 0)
+
+    @property
+    def weight_only_by_design(self) -> bool:
+        """Whether every conv and matmul op that does not run int8 runs float arithmetic on int8 weights (or at
+        int16 activations), and some do: layers a converter kept float on purpose and stored int8 (a level path
+        from a loud-and-quiet input, edgekit.converters.onnx_quantize.level_path), held to their int8 weights,
+        not to int8 compute. Read from `float_ops` ("Conv ×4 (weight_only)"), which every inspection keeps."""
+        heavy = [entry.rsplit(" (", 1) for entry in self.float_ops if HEAVY_OPS.search(entry.split(" ×")[0])]
+        modes = {parts[1].rstrip(")") if len(parts) == 2 else "float" for parts in heavy}
+        return "weight_only" in modes and modes <= {"weight_only", "int16"}
 
     @property
     def precision(self) -> str:
