@@ -328,8 +328,8 @@ def test_gptq_weights_stay_on_the_frameworks_grid_and_move_the_outputs_less_than
 
 @pytest.mark.slow
 def test_calibration_text_rounds_the_sample_lm_by_gptq_past_its_int4_target(tmp_path, sample_runs):
-    rtn = sample_runs["int4-weights"][0]["executorch"]["verification"]["metrics"]["logits"]["token_agreement"]
-    proc = run_cli("convert", str(SAMPLE_LM), "-t", "executorch", "-p", "int4-weights", "--eval", str(SAMPLE_TEXT),
+    rtn = sample_runs["int4-weights"][0]["onnx"]["verification"]["metrics"]["logits"]["token_agreement"]
+    proc = run_cli("convert", str(SAMPLE_LM), "-t", "onnx", "-p", "int4-weights", "--eval", str(SAMPLE_TEXT),
                    "--calib", str(SAMPLE_CALIB), "-o", str(tmp_path), "--json", timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     a = json.loads(proc.stdout)["artifacts"][0]
