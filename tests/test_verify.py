@@ -200,3 +200,29 @@ def test_a_probability_per_sample_is_held_to_how_far_it_moves():
     assert verdict.reasons[0].startswith("output_0 probability_max_abs 0.19") and "> 0.05" in verdict.reasons[0]
     logits = rng.normal(0, 3, (64, 1))  # a score that is no probability: not judged so
     assert "probability_max_abs" not in compare([logits], [logits + 0.3], THRESHOLDS["int8"]).metrics["output_0"]
+
+
+def test_convs_kept_float_on_int8_weights_are_held_to_their_weights_not_to_int8_compute():
+    """A converter that keeps layers float on int8 weights by design (a level path from raw audio) makes an
+    artifact whose non-int8 convs all run `weight_only`: it is held to int8_weight_share, as a16w8 is. A conv
+    left fully float, or run float between quantize and dequantize, keeps the compute gate."""
+    from dataclasses import replace
+
+    from edgekit.core.inspection import Inspection
+    from edgekit.core.verify import THRESHOLDS, applicable_thresholds
+
+    base = Inspection.from_json({"format": "onnx", "weight_bytes_by_dtype": {"int8": 900, "float32": 100},
+                                 "int8_weight_share": 0.9, "ops": [], "compute_ops": 12,
+                                 "ops_by_mode": {"int8": 2, "weight_only": 4, "float": 6},
+                                 "int8_compute_share": 0.17, "int8_heavy_op_share": 0.33,
+                                 "float_ops": ["Conv ×4 (weight_only)", "Pow ×2", "Sqrt ×1", "LSTM ×1 (weight_only)"],
+                                 "op_counts": {}, "largest_tensors": [], "io_dtypes": {}, "delegated": None, "notes": [],
+                                 "io_shapes": {}, "runtime_needs": [], "duplicated_constants": []})
+    assert base.weight_only_by_design
+    assert "int8_heavy_op_share" not in applicable_thresholds(THRESHOLDS["int8"], {}, base)
+    assert applicable_thresholds(THRESHOLDS["int8"], {"int8_heavy_op_share": 0.5}, base)["int8_heavy_op_share"] == 0.5
+    for other in ("Conv ×1", "Conv ×1 (qdq_float)", "MatMul ×2"):
+        mixed = replace(base, float_ops=(*base.float_ops, other))
+        assert not mixed.weight_only_by_design, other
+        assert applicable_thresholds(THRESHOLDS["int8"], {}, mixed)["int8_heavy_op_share"] == 0.5
+    assert not replace(base, float_ops=("Pow ×2", "LSTM ×1 (weight_only)")).weight_only_by_design  # no conv kept
