@@ -76,15 +76,16 @@ def round_layers(model: Path, names: set[str], feeds, work_dir: Path, grid_of) -
     layers = [n for n in _roundable(m.graph) if n.name in names]
     if not layers:
         return []
-    probe = onnx.ModelProto()
-    probe.CopyFrom(m)
     reads = sorted({n.input[0] for n in layers})
-    probe.graph.output.extend(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in reads)
-    path = work_dir / "gptq-inputs.onnx"
-    onnx.save(probe, str(path))
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session, path = None, work_dir / "gptq-inputs.onnx"
+    if set(reads) - {i.name for i in m.graph.input}:  # some layer reads a computed tensor: run the model to it
+        probe = onnx.ModelProto()
+        probe.CopyFrom(m)
+        probe.graph.output.extend(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None) for t in reads)
+        onnx.save(probe, str(path))
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     inits = {i.name: i for i in m.graph.initializer}
     weights = {n.name: _as_rows(n, numpy_helper.to_array(inits[n.input[1]])) for n in layers}
     hessians = {n.name: np.zeros((weights[n.name].shape[1],) * 2) for n in layers}
@@ -92,13 +93,13 @@ def round_layers(model: Path, names: set[str], feeds, work_dir: Path, grid_of) -
     for feed in feeds:
         if count >= MAX_SAMPLES:
             break
-        values = dict(zip(reads, session.run(reads, feed)))
+        values = dict(zip(reads, session.run(reads, feed))) if session is not None else feed
         for n in layers:
             x = _columns(n, values[n.input[0]], tuple(inits[n.input[1]].dims[2:]))
             hessians[n.name] += x.T @ x / max(len(x), 1)
         count += 1
     del session
-    path.unlink()
+    path.unlink(missing_ok=True)
     for n in layers:
         rounded = gptq(weights[n.name], hessians[n.name] / max(count, 1), *grid_of(n.name))
         w = inits[n.input[1]]

@@ -199,18 +199,16 @@ class OnnxQuantize(Converter):
                       "entropy": CalibrationMethod.Entropy, "mean-minmax": CalibrationMethod.MinMax}[spec.method]
             activation_type, weight_type = pair.quant_types()
             excluded = mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed + sorted(level)
-            rounded = shutil.copyfile(prepared, ctx.work_dir / f"{prepared.stem}.rounded.onnx")
-            reader.rewind()
-            inputs = onnx_gptq.input_layers(onnx.load(str(prepared), load_external_data=False).graph)
-            onnx_gptq.round_layers(rounded, {*level, *(set(inputs) - set(excluded))}, iter(reader.get_next, None),
-                                   ctx.work_dir, lambda name: (QuantType.QInt8, True) if name in level else (
-                                       weight_type, spec.granularity == "per_channel"))
+            rounded = self._rounded(prepared, reader, {*level, *(set(onnx_gptq.input_layers(
+                onnx.load(str(prepared), load_external_data=False).graph)) - set(excluded))}, ctx.work_dir,
+                lambda name: (QuantType.QInt8, True) if name in level else (weight_type, spec.granularity == "per_channel"))
             quantize_static(str(rounded), str(out_path), None, calibration_cache_path=str(cache),
                             nodes_to_exclude=excluded,
                             quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
                             activation_type=activation_type, weight_type=weight_type,
                             calibrate_method=method, extra_options={"TensorQuantOverrides": int16} if int16 else None)
-            rounded.unlink()
+            if rounded != prepared:
+                rounded.unlink()
             if int16:
                 _keep_metadata(prepared, out_path)
             if ctx.reuse is not None:
@@ -222,6 +220,18 @@ class OnnxQuantize(Converter):
         int8_weights_only(model.graph, keep=set(kept), float_weights=float_weights, convs=level)
         float_weights_stay_float(model.graph)
         onnx.save(model, str(out_path))
+
+
+    @staticmethod
+    def _rounded(prepared: Path, reader, names: set[str], work_dir: Path, grid_of) -> Path:
+        """A copy of `prepared` whose layers named in `names` are rounded by GPTQ on the calibration samples
+        (edgekit.calibration.onnx_gptq), or `prepared` itself when none is named."""
+        if not names:
+            return prepared
+        rounded = shutil.copyfile(prepared, work_dir / f"{prepared.stem}.rounded.onnx")
+        reader.rewind()
+        onnx_gptq.round_layers(rounded, names, iter(reader.get_next, None), work_dir, grid_of)
+        return rounded
 
 
 def _ranges(prepared: Path, reader, ctx: ConvertContext):
