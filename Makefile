@@ -29,10 +29,11 @@ demo: setup
 	$(BIN)/edgekit demo
 
 # Two test processes (pytest-xdist), each test module whole in one of them, so a module's fixtures are
-# made once; a session fixture needed on both sides is made by each. One thread per process (OMP_NUM_THREADS=1,
-# read by torch and the runtimes' children): two processes on two cores, each with a thread pool as wide as the
-# machine, spent 12% more wall time on tests/test_search.py and tests/test_quantize.py (293 s against 259 s).
-PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadscope
+# made once, the longest modules handed out first (tests/conftest.py: FIRST); a session fixture needed on both
+# sides is made by each. One thread per process (OMP_NUM_THREADS=1, read by torch and the runtimes' children):
+# two processes on two cores, each with a thread pool as wide as the machine, spent 12% more wall time on
+# tests/test_search.py and tests/test_quantize.py (293 s against 259 s).
+PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadscope --no-loadscope-reorder
 
 test: setup browser
 	$(PYTEST)

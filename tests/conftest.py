@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import collections
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,32 @@ SAMPLES = REPO / "sample_models"
 DIGITS = SAMPLES / "digits_cnn.pt2"
 DIGITS_EVAL = SAMPLES / "digits_eval.npz"
 DIGITS_CALIB = SAMPLES / "digits_calib.npz"
+
+
+# The modules that take longest in all, started first: `make test` hands whole modules to its two processes in
+# this order (--no-loadscope-reorder), and a long module handed out last is the run's tail. The summary at the end
+# of a run (`pytest_terminal_summary`) gives each module's seconds.
+FIRST = ("test_lm.py", "test_real_models.py", "test_pte_recurrent.py", "test_failure_classes.py", "test_bench.py",
+         "test_search.py", "test_mobilenet.py", "test_check.py", "test_quantize.py", "test_zoo.py")
+_SECONDS: collections.Counter = collections.Counter()
+
+
+def pytest_collection_modifyitems(items):
+    """The modules of FIRST first, in that order; the rest, and every module's own tests, as collected."""
+    rank = {name: i for i, name in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(Path(item.nodeid.split("::")[0]).name, len(FIRST)))
+
+
+def pytest_runtest_logreport(report):
+    _SECONDS[report.nodeid.split("::")[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Each module's seconds (setup, call and teardown of its tests, summed), the slowest 15."""
+    if _SECONDS:
+        terminalreporter.write_sep("=", "slowest modules (their tests' seconds, summed)")
+        for module, seconds in _SECONDS.most_common(15):
+            terminalreporter.write_line(f"{seconds:8.1f}s {module}")
 
 
 @pytest.fixture(autouse=True)
