@@ -176,9 +176,9 @@ class OnnxQuantize(Converter):
 
     def _quantized(self, prepared: Path, out_path: Path, calibrated: tuple, ctx: ConvertContext, pair) -> None:
         """`prepared` quantized with its calibration (reader, ranges, the ranges' file, the smoothed nodes, the
-        weights kept float, the nodes on a level path) in `pair`'s types at `out_path`, the input layers and the
-        level path's rounded by GPTQ (edgekit.calibration.onnx_gptq), bias-corrected as the spec says, kept
-        nodes' weights stored int8."""
+        weights kept float, the nodes on a level path) in `pair`'s types at `out_path`, the level path's layers
+        rounded by GPTQ (edgekit.calibration.onnx_gptq), bias-corrected as the spec says, kept nodes' weights
+        stored int8."""
         from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
         import onnx
@@ -199,9 +199,7 @@ class OnnxQuantize(Converter):
                       "entropy": CalibrationMethod.Entropy, "mean-minmax": CalibrationMethod.MinMax}[spec.method]
             activation_type, weight_type = pair.quant_types()
             excluded = mixed_scale_concats(prepared, ranges) + keep_float(prepared) + kept + smoothed + sorted(level)
-            rounded = self._rounded(prepared, reader, {*level, *(set(onnx_gptq.input_layers(
-                onnx.load(str(prepared), load_external_data=False).graph)) - set(excluded))}, ctx.work_dir,
-                lambda name: (QuantType.QInt8, True) if name in level else (weight_type, spec.granularity == "per_channel"))
+            rounded = self._rounded(prepared, reader, level, ctx.work_dir)
             quantize_static(str(rounded), str(out_path), None, calibration_cache_path=str(cache),
                             nodes_to_exclude=excluded,
                             quant_format=QuantFormat.QDQ, per_channel=spec.granularity == "per_channel",
@@ -223,14 +221,17 @@ class OnnxQuantize(Converter):
 
 
     @staticmethod
-    def _rounded(prepared: Path, reader, names: set[str], work_dir: Path, grid_of) -> Path:
-        """A copy of `prepared` whose layers named in `names` are rounded by GPTQ on the calibration samples
-        (edgekit.calibration.onnx_gptq), or `prepared` itself when none is named."""
+    def _rounded(prepared: Path, reader, names: set[str], work_dir: Path) -> Path:
+        """A copy of `prepared` whose layers named in `names` (float arithmetic on int8 weights, stored per
+        channel: `int8_weights_only`) are rounded by GPTQ on the calibration samples (edgekit.calibration.onnx_gptq),
+        or `prepared` itself when none is named."""
+        from onnxruntime.quantization import QuantType
+
         if not names:
             return prepared
         rounded = shutil.copyfile(prepared, work_dir / f"{prepared.stem}.rounded.onnx")
         reader.rewind()
-        onnx_gptq.round_layers(rounded, names, iter(reader.get_next, None), work_dir, grid_of)
+        onnx_gptq.round_layers(rounded, names, iter(reader.get_next, None), work_dir, lambda name: (QuantType.QInt8, True))
         return rounded
 
 
