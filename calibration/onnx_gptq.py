@@ -96,9 +96,8 @@ def gptq(weight: np.ndarray, H: np.ndarray, weight_type, per_channel: bool) -> n
     `weight_type` (its scale and zero point per row, or one for the whole tensor, from the weights' extremes):
     the values to store. Every row's smallest and largest value is stored as it is, so the quantizer computes
     the same grid again from the result, and rounds each value to GPTQ's level."""
-    from onnxruntime.quantization.quant_utils import compute_data_quant_params, get_qmin_qmax_for_qType
-
     import onnx
+    from onnxruntime.quantization.quant_utils import compute_data_quant_params, get_qmin_qmax_for_qType
 
     qtype = weight_type.tensor_type
     symmetric = qtype == onnx.TensorProto.INT8  # onnxruntime's `is_weight_symmetric`: signed weights are symmetric

@@ -226,3 +226,4 @@ def test_convs_kept_float_on_int8_weights_are_held_to_their_weights_not_to_int8_
         assert not mixed.weight_only_by_design, other
         assert applicable_thresholds(THRESHOLDS["int8"], {}, mixed)["int8_heavy_op_share"] == 0.5
     assert not replace(base, float_ops=("Pow ×2", "LSTM ×1 (weight_only)")).weight_only_by_design  # no conv kept
+    assert not replace(base, format="tflite").weight_only_by_design  # there a quantizer's miss looks the same

@@ -122,9 +122,13 @@ class Inspection:
     @property
     def weight_only_by_design(self) -> bool:
         """Whether every conv and matmul op that does not run int8 runs float arithmetic on int8 weights (or at
-        int16 activations), and some do: layers a converter kept float on purpose and stored int8 (a level path
-        from a loud-and-quiet input, edgekit.converters.onnx_quantize.level_path), held to their int8 weights,
-        not to int8 compute. Read from `float_ops` ("Conv ×4 (weight_only)"), which every inspection keeps."""
+        int16 activations), and some do, in an ONNX or ORT file: layers kept float on purpose and stored int8 (a
+        level path from a loud-and-quiet input, edgekit.converters.onnx_quantize.level_path; onnxruntime's static
+        quantizer never writes a weight-only op), held to their int8 weights, not to int8 compute. Elsewhere a
+        weight-only conv can be a quantizer's miss (a .tflite conv left to a float kernel), which the compute gate
+        keeps catching. Read from `float_ops` ("Conv ×4 (weight_only)"), which every inspection keeps."""
+        if self.format not in ("onnx", "ort"):
+            return False
         heavy = [entry.rsplit(" (", 1) for entry in self.float_ops if HEAVY_OPS.search(entry.split(" ×")[0])]
         modes = {parts[1].rstrip(")") if len(parts) == 2 else "float" for parts in heavy}
         return "weight_only" in modes and modes <= {"weight_only", "int16"}
