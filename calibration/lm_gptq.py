@@ -88,7 +88,7 @@ def _round_group(module, group: list[str], skip: Callable, grid_of: Callable, ru
         return 0
     for name, H in _hessians(linears, runs).items():
         weight = linears[name].weight
-        weight.copy_(_round(weight.data, H, grid_of(name, weight.data)).to(weight.dtype))
+        weight.copy_(gptq_round(weight.data, H, grid_of(name, weight.data)).to(weight.dtype))
     return len(linears)
 
 
@@ -122,7 +122,7 @@ def _hessians(linears: dict, runs: list) -> dict:
     return {n: h / max(count[0], 1) for n, h in H.items()}
 
 
-def _round(weight, H, g: dict):
+def gptq_round(weight, H, g: dict):
     """GPTQ's lazy-batch algorithm on `weight` (out × in) with the fixed scales of grid `g`: the weights to
     store (on the grid's rounding levels; each group's largest at its own value)."""
     import torch

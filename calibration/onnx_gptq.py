@@ -12,9 +12,9 @@ those float inputs: on layers quantized with their inputs (the first convs of th
 tried and left, the results mixed (PP-OCR's recogniser read 0.708 → 0.646 of its lines as its source does; fer's
 top-1 0.958 → 0.979; MTCNN's R-Net and O-Net cosine 0.0009 and 0.0013 lower).
 
-Each weight row keeps its smallest and its largest value as they were, so the quantizer computes the scale and
-zero point it would have computed from the original weights, and its round-to-nearest of the stored weights
-returns GPTQ's levels exactly. Only the weights change; the float model the artifact is judged against keeps
+Each weight row keeps its largest magnitude as it was, so the quantizer computes the scale it would have
+computed from the original weights, and its round-to-nearest of the stored weights returns GPTQ's levels
+exactly (the rounding is the decoder LMs', edgekit.calibration.lm_gptq, on the same grid). Only the weights change; the float model the artifact is judged against keeps
 its own.
 """
 
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-DAMP = 0.01  # of the Hessian's mean diagonal, added to it (as edgekit.calibration.lm_gptq)
+from edgekit.calibration.lm_gptq import gptq_round
+
 MAX_SAMPLES = 64  # calibration samples whose inputs make each Hessian
 
 
@@ -46,12 +47,14 @@ def _roundable(graph) -> list:
     return out
 
 
-def round_layers(model: Path, names: set[str], feeds, work_dir: Path, grid_of) -> list[str]:
+def round_layers(model: Path, names: set[str], feeds, work_dir: Path) -> list[str]:
     """Round in place, by GPTQ on the calibration `feeds` (an iterable of {input name: array}; the first
-    MAX_SAMPLES), the weights of the nodes of `model` named in `names` that it can (`_roundable`), each onto the
-    grid it will be stored on: `grid_of(node name)` gives (onnxruntime's QuantType, per channel or not). Each
-    layer's Hessian is taken from the float model's inputs to it. Returns the names of the layers rounded."""
+    MAX_SAMPLES), the weights of the nodes of `model` named in `names` that it can (`_roundable`), onto the
+    symmetric int8 grid per output channel they are stored on (max|w| / 127, levels ±127: `int8_weights_only`,
+    and onnxruntime's QInt8 per channel), by edgekit.calibration.lm_gptq's GPTQ. Each layer's Hessian is taken
+    from the float model's inputs to it. Returns the names of the layers rounded."""
     import onnx
+    import torch
     import onnxruntime as ort
     from onnx import helper, numpy_helper
 
@@ -84,47 +87,24 @@ def round_layers(model: Path, names: set[str], feeds, work_dir: Path, grid_of) -
     del session
     path.unlink(missing_ok=True)
     for n in layers:
-        rounded = gptq(weights[n.name], hessians[n.name] / max(count, 1), *grid_of(n.name))
+        weight = torch.from_numpy(weights[n.name].astype(np.float64))
+        rounded = gptq_round(weight, torch.from_numpy(hessians[n.name] / max(count, 1)), _grid(weight)).double().numpy()
         w = inits[n.input[1]]
         w.CopyFrom(numpy_helper.from_array(_from_rows(n, rounded, numpy_helper.to_array(w)).astype(np.float32), w.name))
     onnx.save(m, str(model))
     return [n.name for n in layers]
 
 
-def gptq(weight: np.ndarray, H: np.ndarray, weight_type, per_channel: bool) -> np.ndarray:
-    """`weight` (out × in) rounded by GPTQ against input Hessian `H` (in × in) onto onnxruntime's grid for
-    `weight_type` (its scale and zero point per row, or one for the whole tensor, from the weights' extremes):
-    the values to store. Every row's smallest and largest value is stored as it is, so the quantizer computes
-    the same grid again from the result, and rounds each value to GPTQ's level."""
-    import onnx
-    from onnxruntime.quantization.quant_utils import compute_data_quant_params, get_qmin_qmax_for_qType
+def _grid(weight) -> dict:
+    """The symmetric int8 grid per output channel of `weight` (out × in) in `gptq_round`'s terms (as
+    edgekit.converters.lm_grids gives LiteRT's int8): scale max|w| / 127, levels ±127, each row's largest
+    magnitude stored as it is."""
+    import torch
 
-    qtype = weight_type.tensor_type
-    symmetric = qtype == onnx.TensorProto.INT8  # onnxruntime's `is_weight_symmetric`: signed weights are symmetric
-    qmin, qmax = (float(v) for v in get_qmin_qmax_for_qType(qtype, symmetric=symmetric))
-    rows = weight if per_channel else weight.reshape(1, -1)
-    params = [compute_data_quant_params(r.astype(np.float32), qtype, symmetric) for r in rows]
-    zero = np.array([float(z) for z, _ in params])
-    scale = np.array([float(s) for _, s in params])
-    if not per_channel:
-        zero, scale = np.full(len(weight), zero[0]), np.full(len(weight), scale[0])
-    scale[scale == 0] = 1.0
-    W = weight.astype(np.float64).copy()
-    fixed = np.zeros_like(W, dtype=bool)  # the values that set each row's grid: stored as they are
-    fixed[np.arange(len(W)), W.argmax(1)] = fixed[np.arange(len(W)), W.argmin(1)] = True
-    dead = np.diag(H) == 0
-    H = H.copy()
-    H[dead, dead] = 1
-    H += DAMP * np.mean(np.diag(H)) * np.eye(len(H))
-    Hinv = np.linalg.cholesky(np.linalg.inv(H)).T  # upper Cholesky factor of H⁻¹
-    out = np.empty_like(W)
-    for i in range(W.shape[1]):
-        # a value that sets the grid is stored as it is, and the quantizer rounds it as it would the original
-        levels = np.clip(np.round(np.where(fixed[:, i], weight[:, i], W[:, i]) / scale) + zero, qmin, qmax)
-        err = (W[:, i] - (levels - zero) * scale) / Hinv[i, i]
-        out[:, i] = np.where(fixed[:, i], weight[:, i], (levels - zero) * scale)
-        W[:, i:] -= np.outer(err, Hinv[i, i:])
-    return out
+    amax, ext = weight.abs().max(dim=1, keepdim=True)
+    s = torch.clamp(amax, min=1e-9) / 127.0
+    return {"s": s, "d": s, "kmin": -127, "kmax": 127, "ext": ext, "group": weight.shape[1],
+            "ext_k": torch.round(weight.gather(1, ext) / s)}
 
 
 def _as_rows(node, w: np.ndarray) -> np.ndarray:

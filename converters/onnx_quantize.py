@@ -225,13 +225,11 @@ class OnnxQuantize(Converter):
         """A copy of `prepared` whose layers named in `names` (float arithmetic on int8 weights, stored per
         channel: `int8_weights_only`) are rounded by GPTQ on the calibration samples (edgekit.calibration.onnx_gptq),
         or `prepared` itself when none is named."""
-        from onnxruntime.quantization import QuantType
-
         if not names:
             return prepared
         rounded = shutil.copyfile(prepared, work_dir / f"{prepared.stem}.rounded.onnx")
         reader.rewind()
-        onnx_gptq.round_layers(rounded, names, iter(reader.get_next, None), work_dir, lambda name: (QuantType.QInt8, True))
+        onnx_gptq.round_layers(rounded, names, iter(reader.get_next, None), work_dir)
         return rounded
 
 

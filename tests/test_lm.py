@@ -305,14 +305,14 @@ def test_gptq_weights_stay_on_the_frameworks_grid_and_move_the_outputs_less_than
     than with round-to-nearest."""
     import torch
 
-    from edgekit.calibration.lm_gptq import _round
+    from edgekit.calibration.lm_gptq import gptq_round
     from edgekit.converters.lm_grids import grid
 
     g = torch.Generator().manual_seed(0)
     W = torch.randn(48, 64, generator=g)
     X = torch.randn(2048, 8, generator=g) @ torch.randn(8, 64, generator=g) + 0.1 * torch.randn(2048, 64, generator=g)
     before = grid(fmt, bits, W, group)
-    stored = _round(W, (2 * X.T @ X / len(X)).double(), before)
+    stored = gptq_round(W, (2 * X.T @ X / len(X)).double(), before)
     after = grid(fmt, bits, stored, group)
     assert torch.equal(after["s"], before["s"])  # the framework computes the same scales from what is stored
     steps = stored.reshape(48, 64 // group, group) / before["s"][..., None]
@@ -441,7 +441,7 @@ def test_gptq_takes_each_linears_hessian_from_the_inputs_a_full_forward_gives_it
     module = LMSource(str(_hf_folder(tmp_path, "Qwen2")), 16, 4).decoder()
     windows = np.random.default_rng(0).integers(0, 96, (3, 16))
     seen = {}
-    monkeypatch.setattr(lm_gptq, "_round", lambda weight, H, name: (seen.setdefault(name, H), weight)[1])
+    monkeypatch.setattr(lm_gptq, "gptq_round", lambda weight, H, name: (seen.setdefault(name, H), weight)[1])
     names = [n for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)]
     assert lm_gptq.gptq_decoder(module, windows, lambda name, w: name) == len(names) == len(seen)  # the "grid": its name
     inputs = {n: [] for n in names}
