@@ -598,7 +598,7 @@ def written_out_norms(graph) -> list[str]:
     magika's byte classifier, int8 cosine 0.9499 either way; its two layer norms whole float: 0.9777."""
     producer, readers = _links(graph)
     by_name = {n.name: n for n in graph.node}
-    constants = {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    constants = _constant_names(graph)
     out: list[str] = []
     for stretch, _ in _stretches(graph):
         root = by_name[stretch[0]]
@@ -636,6 +636,11 @@ def _links(graph) -> tuple[dict, dict[str, list]]:
         for name in node.input:
             readers.setdefault(name, []).append(node)
     return producer, readers
+
+
+def _constant_names(graph) -> set[str]:
+    """The tensors of an ONNX graph that are constants: its initializers and its Constant nodes' outputs."""
+    return {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
 
 
 def constant_value(graph, name: str) -> np.ndarray | None:
@@ -710,7 +715,7 @@ def level_path(graph, inputs: list[str]) -> list[str]:
     a silent chunk's spectrum to zero (its speech probability 0.008 → 0.59). Their nodes keep float arithmetic
     on int8 weights: Silero's probability 0.012 off at most, 1.9× its float model's latency in ONNX Runtime (the
     weights' DequantizeLinear runs every call); at int16 activations instead, 0.025 and 2.2×."""
-    constants = {i.name for i in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    constants = _constant_names(graph)
     path = list(dict.fromkeys(inputs))
     for node in graph.node:  # topological order
         if node.op_type not in _LEVEL or not node.input:
