@@ -28,9 +28,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from edgekit.calibration import bias_correction, smooth_quant
+from edgekit.calibration import bias_correction, pt2e_quantizer, smooth_quant
 from edgekit.calibration.data import SampleSet
+from edgekit.calibration.methods import LEVEL_SPREAD_DB, LEVEL_WHY, ON_INT8_WEIGHTS, spread_db
 from edgekit.calibration.pt2e_quantizer import EdgeQuantizer, make, mixed_scale_cats
+from edgekit.core.artifact import LayerNote
 from edgekit.core.errors import ConversionFailed, first_line
 from edgekit.core.quant import Capabilities
 
@@ -120,7 +122,7 @@ def configure(quantizer, get_config: Callable[..., Any], *, method: str, dynamic
 BACKENDS = {"tflite": dict(matmul_int8=True, linears_2d=False, gates_int8=("silu", "hardsigmoid", "hardswish"),
                            source_fns=True),
             "xnnpack": dict(matmul_int8=False, linears_2d=True, gates_int8=("hardsigmoid",),
-                            add_fuses_clamp=False, tables_uint8=True)}
+                            add_fuses_clamp=False, tables_uint8=True, conv1d_per_call=False)}
 
 
 def edgekit_quantizer(backend, get_config: Callable[..., Any], kind: str, float_layers: tuple[str, ...] = ()):
@@ -162,6 +164,7 @@ def observe(module, quantizer, calibration: SampleSet | None, input_names, *, ex
 
         smoothed = smooth_quant.smooth_pt2e(module, (sample(i) for i in range(len(calibration)))) if smooth else []
         quantizer.keep_float = mixed_scale_cats(module, [sample(i) for i in range(min(len(calibration), 8))]) | set(smoothed)
+        quantizer.level_inputs = level_inputs(calibration, input_names)
     prepared = prepare_pt2e(module, quantizer)
     move_exported_model_to_eval(prepared)
     with torch.no_grad():
@@ -170,6 +173,33 @@ def observe(module, quantizer, calibration: SampleSet | None, input_names, *, ex
         for i in range(len(calibration) if calibration is not None else 0):
             _run_naming_node(prepared, sample_args(calibration, input_names, i))
     return prepared
+
+
+def level_inputs(calibration: SampleSet, input_names) -> tuple[int, ...]:
+    """The positions of the inputs whose calibration samples spread over more than LEVEL_SPREAD_DB (`spread_db`):
+    the ones whose level path (edgekit.calibration.pt2e_quantizer.level_path) is quantized per call."""
+    return tuple(i for i, name in enumerate(input_names) if spread_db(calibration.inputs[name]) > LEVEL_SPREAD_DB)
+
+
+def level_notes(module, calibration: SampleSet, input_names, kind: str) -> tuple[LayerNote, ...]:
+    """The `kept_float` notes of an int8 artifact lowered by `kind` ("tflite" or "xnnpack") from `module` for the
+    convolutions and linears on the level path of its loud-and-quiet inputs (`level_inputs`): litert lowers each
+    one, its input quantized per call, as float arithmetic on int8 weights; XNNPACK quantizes most per call
+    (int8 kernels, no note) and leaves the rest float (a depthwise or dilated conv)."""
+    loud = level_inputs(calibration, input_names)
+    if not loud:
+        return ()
+    db = max(spread_db(calibration.inputs[input_names[i]]) for i in loud)
+    names = ", ".join(input_names[i] for i in loud)
+    notes: dict[str, LayerNote] = {}
+    for node in pt2e_quantizer.level_path(module, loud):
+        op = pt2e_quantizer.writer(node)
+        if op is None or (kind == "xnnpack" and pt2e_quantizer.xnnpack_per_call(node)):
+            continue
+        how = ON_INT8_WEIGHTS if kind == "tflite" else "float (XNNPACK quantizes this conv only at one scale for every call)"
+        layer = pt2e_quantizer.module_path(node) or ""
+        notes.setdefault(layer, LayerNote(layer, op, LEVEL_WHY.format(inputs=names, db=db, how=how)))
+    return tuple(notes.values())
 
 
 def finish(prepared, fold_quantize: bool, correction: SampleSet | None = None, input_names=(), weights=None):

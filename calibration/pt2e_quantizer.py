@@ -32,6 +32,12 @@ quantize something that must stay exact. What it adds, and why:
   linears writing into it keep int8 weights with activations quantized at run time.
 - **A square root and what feeds it back to the squaring stay float** (a spectrum's power, a
   variance): they span the square of the signal's dynamic range.
+- **A signal read raw keeps its level per call** (`level_inputs`: inputs whose calibration samples spread over
+  more than edgekit.calibration.methods.LEVEL_SPREAD_DB, raw audio): from the input up to the first op that
+  compresses a level (`level_path`), the convolutions and linears keep int8 weights and take their input
+  quantized at run time, each call at its own scale, and nothing else on the path is quantized; one static
+  scale set by the loud samples rounds a quiet one to zero (edgekit.converters.onnx_quantize does the same
+  on ONNX graphs with float arithmetic on int8 weights).
 - **A cat of very different ranges stays float** (a detector's pixel boxes beside its class
   scores), where the backends would give all its inputs one scale.
 - **Gates in ops XNNPACK runs int8** (`gates_int8`, the gates to spell out). Its converter lowers SiLU to LOGISTIC
@@ -99,24 +105,28 @@ class EdgeQuantizer:
 
     def __init__(self, backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool,
                  gates_int8: tuple[str, ...] = (), add_fuses_clamp: bool = True, tables_uint8: bool = False,
-                 source_fns: bool = False, float_layers: tuple[str, ...] = ()):
+                 source_fns: bool = False, float_layers: tuple[str, ...] = (), conv1d_per_call: bool = True):
         self.backend = backend
         self.float_layers = float_layers  # module paths kept float (a QuantSpec's overrides)
         self.config = backend.global_config
         self.dynamic_config = dynamic_config
         self.keep_float: set[str] = set()  # node names that stay float (pt2e.quantize sets them)
+        self.level_inputs: tuple[int, ...] = ()  # the graph inputs, by position, whose level spreads (pt2e.observe sets them)
         self.matmul_int8 = matmul_int8
         self.linears_2d = linears_2d
         self.gates_int8 = gates_int8  # the gate ops spelled out in int8 steps: "silu", "hardsigmoid", "hardswish"
         self.add_fuses_clamp = add_fuses_clamp  # the lowering fuses add → clamp into one int8 kernel
         self.tables_uint8 = tables_uint8  # embedding tables uint8 per row: the form the runtime looks up directly
         self.source_fns = source_fns  # the backend finds adds, muls, cats and pools by the torch function they came from
+        self.conv1d_per_call = conv1d_per_call  # the backend runs a 1-D or depthwise conv on input quantized per call
 
     def transform_for_annotation(self, model):
         """The graph rewritten in place before anything is annotated (scalar clamps as hardtanh, integer scalars
         kept integer, N-D linears made 2-D where the backend needs it), then the backend's own transform."""
         _clamps_to_hardtanh(model)
         _keep_integer_scalars(model)
+        if not self.conv1d_per_call and self.level_inputs:
+            _level_conv1d_as_2d(model, self.level_inputs)
         if self.linears_2d:
             _linears_2d(model)
         if self.gates_int8:
@@ -140,6 +150,7 @@ class EdgeQuantizer:
         _unquantize_integer_derived(model)
         if not dynamic:
             _float_residual_stream(model, self.dynamic_config.input_activation)
+            _level_per_call(model, self.level_inputs, self.dynamic_config.input_activation, self.conv1d_per_call)
         for node in _squared_stretches(model) + _score_heads(model):
             _strip(node)
         for node in model.graph.nodes:
@@ -155,18 +166,14 @@ class EdgeQuantizer:
         self.backend.validate(model)
 
 
-def make(backend: Any, dynamic_config: Any, *, matmul_int8: bool, linears_2d: bool, gates_int8: tuple[str, ...] = (),
-         add_fuses_clamp: bool = True, tables_uint8: bool = False, source_fns: bool = False,
-         float_layers: tuple[str, ...] = ()):
-    """An `EdgeQuantizer` that is also a torchao `Quantizer` (what prepare_pt2e takes)."""
+def make(backend: Any, dynamic_config: Any, **flags):
+    """An `EdgeQuantizer` that is also a torchao `Quantizer` (what prepare_pt2e takes); `flags` are EdgeQuantizer's."""
     from torchao.quantization.pt2e.quantizer import Quantizer
 
     class _Quantizer(EdgeQuantizer, Quantizer):
         def __init__(self):
             Quantizer.__init__(self)
-            EdgeQuantizer.__init__(self, backend, dynamic_config, matmul_int8=matmul_int8, linears_2d=linears_2d,
-                                   gates_int8=gates_int8, add_fuses_clamp=add_fuses_clamp, tables_uint8=tables_uint8,
-                                   source_fns=source_fns, float_layers=float_layers)
+            EdgeQuantizer.__init__(self, backend, dynamic_config, **flags)
 
     return _Quantizer()
 
@@ -505,6 +512,192 @@ def _float_residual_stream(model, dynamic_act) -> None:
                     annotation.input_qspec_map[node.args[0]] = dynamic_act
 
 
+# ops whose output's level follows their input's, as edgekit.converters.onnx_quantize's `_LEVEL`: a signal twice
+# as loud gives outputs twice as large (biases and signs aside); the first of them write with weights
+_LEVEL_WRITERS = ("conv1d.default", "conv2d.default", "convolution.default", "linear.default")
+_LEVEL = _LEVEL_WRITERS + (
+    "relu.default", "relu_.default", "leaky_relu.default", "prelu.default", "hardtanh.default", "max_pool1d.default",
+    "max_pool2d.default", "avg_pool1d.default", "avg_pool2d.default", "adaptive_avg_pool1d.default",
+    "adaptive_avg_pool2d.default", "mean.dim", "sum.dim_IntList", "amax.default", "pad.default",
+    "constant_pad_nd.default", "abs.default", "sqrt.default", "pow.Tensor_Scalar", "square.default", "add.Tensor",
+    "sub.Tensor", "mul.Tensor", "div.Tensor", "add.Scalar", "sub.Scalar", "mul.Scalar", "div.Scalar",
+    "_native_batch_norm_legit_no_training.default")
+
+
+def level_path(model, inputs: tuple[int, ...]) -> list:
+    """The float nodes of `model`'s graph whose level follows that of its inputs at positions `inputs`: from them
+    through convolutions, linears, ReLUs, pools, a spectrum's magnitude and layout (`_LEVEL`, `_MOVES`), up to
+    the first op that compresses a level (a logarithm, a sigmoid or tanh, a recurrent layer, a normalization),
+    as edgekit.converters.onnx_quantize.level_path finds it in an ONNX graph (Silero VAD: an STFT, its
+    magnitude and four conv + ReLU before an LSTM)."""
+    placeholders = [n for n in model.graph.nodes if n.op == "placeholder"]
+    path = [placeholders[i] for i in inputs if i < len(placeholders)]
+    for node in model.graph.nodes:  # topological order
+        name = _name(node)
+        if name in _LEVEL_WRITERS:
+            data = node.args[:1] if len(node.args) > 1 and node.args[1] not in path else []
+        elif name in _LEVEL or name == "cat.default":  # every operand that is a computed tensor
+            operands = node.args[0] if name == "cat.default" else node.args
+            data = [a for a in operands if hasattr(a, "op") and a.op != "get_attr" and not _constant(a)]
+        elif name in _MOVES or getattr(node.target, "__name__", "") == "getitem":
+            data = node.args[:1]
+        else:
+            continue
+        if data and all(a in path for a in data) and _is_float(node):
+            path.append(node)
+    return [n for n in path if n.op != "placeholder"]
+
+
+def writer(node) -> str | None:
+    """"conv1d", "conv2d", "convolution" or "linear" for a node of those ops (the layer kinds `level_path` notes)."""
+    return _name(node).split(".")[0] if _name(node) in _LEVEL_WRITERS else None
+
+
+def _standard_conv_or_linear(node) -> bool:
+    """Whether `node` is a linear or a 2-D conv reading more than one channel per group (XNNPACK's per-call int8)."""
+    weight = node.args[1].meta.get("val") if hasattr(node.args[1], "meta") else None
+    return _name(node) == "linear.default" or (weight is not None and weight.dim() == 4 and weight.shape[1] > 1)
+
+
+def _level_conv1d_as_2d(model, inputs: tuple[int, ...]) -> None:
+    """Each 1-D conv on the `level_path` of `inputs` rewritten in the form XNNPACK quantizes per call (a linear, or
+    a 2-D conv reading more than one channel per group), the same values: one reading several channels per group
+    becomes a 2-D conv of height 1; one reading a single channel (an STFT) a linear on its input's frames
+    (`_as_framed_linear`); others stay (and float, `xnnpack_per_call`)."""
+    graph = model.graph
+    for i, node in enumerate(n for n in level_path(model, inputs) if _rewritable(n)):
+        with graph.inserting_before(node):
+            out = (_as_conv2d if _conv1d_args(node)[1].meta["val"].shape[1] > 1 else _as_framed_linear)(model, node, i)
+        node.replace_all_uses_with(out)
+        graph.erase_node(node)
+    graph.eliminate_dead_code()
+    model.recompile()
+
+
+def _as_conv2d(model, node, i: int):
+    """conv1d(x, w) as squeeze(conv2d(unsqueeze(x, 2), w[:, :, None]), 2), inserted in `model`'s graph."""
+    import torch
+
+    aten, graph = torch.ops.aten, model.graph
+    x, w, bias, stride, padding, dilation, groups = _conv1d_args(node)
+    name = f"_level_conv2d_{i}"
+    model.register_buffer(name, _attr(model, w.target).detach()[:, :, None].clone())
+    weight = graph.get_attr(name)
+    weight.meta = {"val": w.meta["val"][:, :, None]}
+    wide = _insert(graph, node, aten.unsqueeze.default, x, 2)
+    conv = _insert(graph, node, aten.conv2d.default, wide, weight, bias, [1, stride[0]], [0, padding[0]],
+                   [1, dilation[0]], groups)
+    return _insert(graph, node, aten.squeeze.dims, conv, [2])
+
+
+def _as_framed_linear(model, node, i: int):
+    """conv1d(x, w) over one channel, its kernel a multiple of its stride, as a linear on x's frames: padded, cut
+    into blocks of the stride, the kernel's blocks side by side (slices and a cat), [batch, frames, kernel] · W."""
+    import torch
+
+    aten, graph = torch.ops.aten, model.graph
+    x, w, bias, stride, padding, _, _ = _conv1d_args(node)
+    weight = _attr(model, w.target)
+    out, channels, kernel = weight.shape
+    step, pad = stride[0], padding[0]
+    frames = (x.meta["val"].shape[-1] + 2 * pad - kernel) // step + 1
+    blocks, shifts = frames + kernel // step - 1, kernel // step
+    name = f"_level_linear_{i}"
+    model.register_buffer(name, weight.detach().reshape(out, channels * kernel).clone())
+    padded = _insert(graph, node, aten.constant_pad_nd.default, x, [pad, pad], 0.0) if pad else x
+    cut = _insert(graph, node, aten.slice.Tensor, padded, 2, 0, blocks * step)
+    split = _insert(graph, node, aten.reshape.default, cut, [-1, channels, blocks, step])
+    parts = [_insert(graph, node, aten.slice.Tensor, split, 2, j, j + frames) for j in range(shifts)]
+    framed = _insert(graph, node, aten.cat.default, parts, 3) if shifts > 1 else parts[0]
+    moved = _insert(graph, node, aten.permute.default, framed, [0, 2, 1, 3])
+    rows = _insert(graph, node, aten.reshape.default, moved, [-1, frames, channels * kernel])
+    matrix = graph.get_attr(name)
+    matrix.meta = {"val": w.meta["val"].reshape(out, channels * kernel)}
+    linear = _insert(graph, node, aten.linear.default, rows, matrix, *([bias] if bias is not None else []))
+    return _insert(graph, node, aten.permute.default, linear, [0, 2, 1])
+
+
+def _rewritable(node) -> bool:
+    """Whether `_level_conv1d_as_2d` rewrites the 1-D conv `node`: a constant weight and padding in samples, and
+    more than one channel per group, or one group over one channel with no dilation and a kernel that is a
+    multiple of the stride (`_as_framed_linear`)."""
+    if _name(node) != "conv1d.default":
+        return False
+    _, w, _, stride, padding, dilation, groups = _conv1d_args(node)
+    weight = w.meta.get("val") if hasattr(w, "meta") else None
+    if w.op != "get_attr" or weight is None or not isinstance(padding[0], int):
+        return False
+    return weight.shape[1] > 1 or (groups == 1 and list(dilation) == [1] and weight.shape[-1] % stride[0] == 0)
+
+
+def _conv1d_args(node) -> tuple:
+    """A conv1d node's (input, weight, bias, stride, padding, dilation, groups), its defaults filled in."""
+    return (*node.args, *(None, [1], [0], [1], 1)[len(node.args) - 2:])
+
+
+def xnnpack_per_call(node) -> bool:
+    """Whether XNNPACK quantizes the level path's conv or linear `node` per call: a linear, a standard 2-D conv,
+    or a 1-D conv `_level_conv1d_as_2d` rewrites into one of those; the others stay float."""
+    return _standard_conv_or_linear(node) or _rewritable(node)
+
+
+def _attr(model, target: str):
+    """The tensor a get_attr node's `target` ("conv.weight", "basis") names on `model`."""
+    for part in target.split("."):
+        model = getattr(model, part)
+    return model
+
+
+def _insert(graph, like, target, *args):
+    """A call of the aten op `target` on `args` at the graph's insertion point, with the node `like`'s metadata (its
+    module, which names the layer) and a value computed from the arguments' values."""
+    def value(a):
+        return type(a)(value(b) for b in a) if isinstance(a, (list, tuple)) else a.meta["val"] if hasattr(a, "meta") else a
+
+    made = graph.call_function(target, args)
+    made.meta = {**like.meta, "val": target(*value(args))}
+    return made
+
+
+def _upstream(node):
+    """`node` and every node it is computed from, each once."""
+    todo, seen = [node], set()
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            yield node
+            todo += node.all_input_nodes
+
+
+def _constant(node) -> bool:
+    """Whether `node` is computed from constants only (parameters, buffers, literals)."""
+    return not any(n.op == "placeholder" for n in _upstream(node))
+
+
+def _level_per_call(model, inputs: tuple[int, ...], dynamic_act, conv1d_per_call: bool) -> None:
+    """On the `level_path` of `inputs`: the convolutions and linears keep their int8 weights and take their input
+    quantized at run time (`dynamic_act`, each call at its own scale); nothing else is quantized, nor the path's
+    last values where the ops after it read them. Without `conv1d_per_call` (XNNPACK: per call, standard 2-D
+    convs only), a 1-D or depthwise conv the rewrite left stays float."""
+    path = level_path(model, inputs) if inputs else []
+    for node in path:
+        annotation = _annotation(node)
+        if annotation is None:
+            continue
+        annotation.output_qspec = None
+        if _name(node) in _LEVEL_WRITERS and node.args[0] in annotation.input_qspec_map and (
+                conv1d_per_call or xnnpack_per_call(node)):
+            annotation.input_qspec_map[node.args[0]] = dynamic_act
+        else:
+            annotation.input_qspec_map = {}
+    for user in {u for n in path for u in n.users if u not in path}:
+        annotation = _annotation(user)
+        if annotation is not None:
+            for n in path:
+                annotation.input_qspec_map.pop(n, None)
+
+
 _ROOTS = ("sqrt.default", "rsqrt.default", "log.default", "log10.default", "log2.default")
 _SUMS = ("add.Tensor", "add.Scalar", "sum.dim_IntList", "mean.dim", "mul.Tensor", "mul.Scalar", "div.Tensor",
          "div.Scalar", "sub.Tensor", "clamp.default", "clamp_min.default", "maximum.default", "matmul.default",
@@ -551,18 +744,9 @@ def _reads_the_input(node) -> bool:
     """Whether `node` is computed from the model's input through a front end only (_FRONT_END and layout ops):
     a logarithm's stretch is kept float only where the power is the input signal's (a log-mel front end), as
     edgekit.converters.onnx_quantize finds it; the log of a computed magnitude lost cosine kept float."""
-    todo, seen = [node], set()
-    while todo:
-        node = todo.pop()
-        if not hasattr(node, "op") or node in seen:
-            continue
-        seen.add(node)
-        if node.op in ("placeholder", "get_attr"):  # the input, or a constant (a window, a DFT basis)
-            continue
-        if getattr(node.target, "__name__", "") != "getitem" and _name(node) not in _FRONT_END + _LAYOUT:
-            return False
-        todo += [a for a in node.args if hasattr(a, "op")]
-    return True
+    # the input, a constant (a window, a DFT basis), or a front end's step
+    return all(n.op in ("placeholder", "get_attr") or getattr(n.target, "__name__", "") == "getitem"
+               or _name(n) in _FRONT_END + _LAYOUT for n in _upstream(node))
 
 
 _LAYOUT = ("view.default", "reshape.default", "_unsafe_view.default", "permute.default", "transpose.int",

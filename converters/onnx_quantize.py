@@ -33,7 +33,7 @@ from edgekit.calibration import onnx_bias_correction, onnx_gptq, onnx_statistics
 from edgekit.core import io_params
 from edgekit.core.artifact import ArtifactMeta, LayerNote, ModelArtifact, OpsetUpgrade
 from edgekit.core.cpu import int8_products_saturate
-from edgekit.calibration.methods import mixed_scale
+from edgekit.calibration.methods import LEVEL_SPREAD_DB, LEVEL_WHY, ON_INT8_WEIGHTS, mixed_scale, spread_db
 from edgekit.converters import onnx_int8_types, recurrent_input
 from edgekit.converters.onnx_simplify import simplify
 from edgekit.converters.onnx_score_heads import score_head_nodes, stem_activations
@@ -325,7 +325,7 @@ def _level_layers(prepared: Path, src: ModelArtifact, ctx: ConvertContext) -> tu
             continue
         nodes.add(node.name)
         if node.op_type in ("Conv", "MatMul", "Gemm"):
-            why = LEVEL_WHY.format(inputs=", ".join(loud), db=max(loud.values()))
+            why = LEVEL_WHY.format(inputs=", ".join(loud), db=max(loud.values()), how=ON_INT8_WEIGHTS)
             notes.setdefault(layer, LayerNote(layer, node.op_type, why))
     return nodes, tuple(notes.values())
 
@@ -676,27 +676,6 @@ def log_power_signal(graph) -> list[str]:
     for _, signal in _stretches(graph):
         tensors += [t for t in signal if t not in tensors]
     return tensors
-
-
-LEVEL_SPREAD_DB = 30.0  # quietest to loudest calibration sample of an input, beyond which int8 floors the quiet
-# (int8 spans 48 dB from one step to full scale: a sample 30 dB down is left 4 bits)
-
-
-def spread_db(samples) -> float:
-    """How far below the loudest of these samples (N × …) the quietest 5% are, in dB by RMS; 0 for integer
-    inputs. Raw audio spreads widely (silence and speech: Silero VAD's chunks, 47 dB); images and normalized
-    features do not (their samples are within a few dB of each other)."""
-    x = np.asarray(samples)
-    if x.dtype.kind != "f" or len(x) < 2:
-        return 0.0
-    rms = np.sqrt(np.mean(np.square(x.reshape(len(x), -1), dtype=np.float64), axis=1))
-    rms = rms[rms > 0]
-    return float(20 * np.log10(rms.max() / np.percentile(rms, 5))) if len(rms) > 1 else 0.0
-
-
-LEVEL_WHY = ("on the level path of input '{inputs}', whose calibration samples are {db:.0f} dB apart: float "
-             "arithmetic on int8 weights up to the first op that compresses a level; one int8 scale set by the "
-             "loud samples rounds the quiet ones to zero")
 
 
 # ops whose output's level follows their input's: a signal twice as loud gives outputs twice as large (their

@@ -61,6 +61,10 @@ class TorchToPte(Converter):
         lowered, left_out = lower(program, recurrent=pte_partitions.is_recurrent(source.exported()))
         out_path.write_bytes(lowered.to_executorch(_backend_config(precision)).buffer)
         kept = _kept_float(source.exported()) if precision.startswith("int8") else ()
+        if precision == Precision.INT8 and ctx.calibration is not None:
+            kept += tuple(note for note in pt2e.level_notes(source.exported().module(), ctx.calibration,
+                                                            src.signature.input_names, "xnnpack")
+                          if note.layer not in ctx.spec.layers("float"))
         return ModelArtifact("pte", str(out_path), src.signature, precision, files=tuple(files),
                              meta=ArtifactMeta(outside_delegate=tuple(left_out), kept_float=kept))
 

@@ -61,9 +61,12 @@ class TorchToTflite(Converter):
             model.export(str(raw))
             if not dynamic and not ctx.spec.int8_io:
                 raw.write_bytes(float_io(raw.read_bytes()))  # static int8 comes out with integer I/O
-            kept = tuple(note for note in recurrent_input.torch_layers(source.exported(), ctx.calibration)
-                         if note.layer not in spec.layers("float")) if ctx.calibration else ()
-            _int8_float_leftovers(raw, out_path, float_input_projections=bool(kept), keep=spec.layers("float"))
+            recurrent = recurrent_input.torch_layers(source.exported(), ctx.calibration) if ctx.calibration else ()
+            level = () if dynamic or not ctx.calibration else pt2e.level_notes(
+                source.exported().module(), ctx.calibration, src.signature.input_names, "tflite")
+            recurrent = tuple(note for note in recurrent if note.layer not in spec.layers("float"))
+            kept = recurrent + tuple(note for note in level if note.layer not in spec.layers("float"))
+            _int8_float_leftovers(raw, out_path, float_input_projections=bool(recurrent), keep=spec.layers("float"))
             raw.unlink()
         return ModelArtifact("tflite", str(out_path), src.signature, precision, meta=ArtifactMeta(kept_float=kept))
 

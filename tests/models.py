@@ -249,6 +249,34 @@ def level_net() -> nn.Module:
     return LevelNet().eval()
 
 
+class VadFrontEnd(nn.Module):
+    """Silero VAD's front end at its sizes, for measuring the level path's cost: an STFT as a convolution
+    (258 × 1 × 256, hop 128), its magnitude, four conv + ReLU (129 → 128 → 64 → 64 → 128, kernel 3) with no
+    normalization; then, where Silero has its LSTM, a mean over time, a log and a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        n, bins = 256, 129
+        t, k = torch.arange(n, dtype=torch.float32), torch.arange(bins, dtype=torch.float32)[:, None]
+        basis = torch.cat([torch.cos(2 * torch.pi * k * t / n), -torch.sin(2 * torch.pi * k * t / n)])
+        self.register_buffer("basis", (basis * torch.hann_window(n, periodic=True))[:, None, :])
+        widths = [bins, 128, 64, 64, 128]
+        self.convs = nn.ModuleList(nn.Conv1d(a, b, 3, padding=1) for a, b in zip(widths, widths[1:]))
+        self.fc = nn.Linear(128, 2)
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        spec = torch.nn.functional.conv1d(audio, self.basis, stride=128)
+        x = torch.sqrt(spec[:, :129].pow(2) + spec[:, 129:].pow(2))
+        for conv in self.convs:
+            x = torch.relu(conv(x))
+        return self.fc(torch.log(x.mean(-1) + 1e-6))
+
+
+def vad_front_end() -> nn.Module:
+    return VadFrontEnd().eval()
+
+
 class ScoreHeadNet(nn.Module):
     """A YOLO-style detector in miniature: a SiLU stem whose first conv has one loud channel (the stem's
     range is many times its bulk, as in a real detector's first stages), a body to stride 8, and per

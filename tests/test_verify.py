@@ -204,8 +204,9 @@ def test_a_probability_per_sample_is_held_to_how_far_it_moves():
 
 def test_convs_kept_float_on_int8_weights_are_held_to_their_weights_not_to_int8_compute():
     """A converter that keeps layers float on int8 weights by design (a level path from raw audio) makes an
-    artifact whose non-int8 convs all run `weight_only`: it is held to int8_weight_share, as a16w8 is. A conv
-    left fully float, or run float between quantize and dequantize, keeps the compute gate."""
+    artifact whose non-int8 convs all run `weight_only`: it is held to int8_weight_share, as a16w8 is (in an ONNX
+    file always; elsewhere where its converter named the layers). A conv left fully float, or run float between
+    quantize and dequantize, keeps the compute gate."""
     from dataclasses import replace
 
     from edgekit.core.inspection import Inspection
@@ -218,12 +219,15 @@ def test_convs_kept_float_on_int8_weights_are_held_to_their_weights_not_to_int8_
                                  "float_ops": ["Conv ×4 (weight_only)", "Pow ×2", "Sqrt ×1", "LSTM ×1 (weight_only)"],
                                  "op_counts": {}, "largest_tensors": [], "io_dtypes": {}, "delegated": None, "notes": [],
                                  "io_shapes": {}, "runtime_needs": [], "duplicated_constants": []})
-    assert base.weight_only_by_design
+    assert base.weight_only_by_design()
     assert "int8_heavy_op_share" not in applicable_thresholds(THRESHOLDS["int8"], {}, base)
     assert applicable_thresholds(THRESHOLDS["int8"], {"int8_heavy_op_share": 0.5}, base)["int8_heavy_op_share"] == 0.5
     for other in ("Conv ×1", "Conv ×1 (qdq_float)", "MatMul ×2"):
         mixed = replace(base, float_ops=(*base.float_ops, other))
-        assert not mixed.weight_only_by_design, other
+        assert not mixed.weight_only_by_design(declared=True), other
         assert applicable_thresholds(THRESHOLDS["int8"], {}, mixed)["int8_heavy_op_share"] == 0.5
-    assert not replace(base, float_ops=("Pow ×2", "LSTM ×1 (weight_only)")).weight_only_by_design  # no conv kept
-    assert not replace(base, format="tflite").weight_only_by_design  # there a quantizer's miss looks the same
+    assert not replace(base, float_ops=("Pow ×2", "LSTM ×1 (weight_only)")).weight_only_by_design()  # no conv kept
+    tflite = replace(base, format="tflite")
+    assert not tflite.weight_only_by_design()  # there a quantizer's miss looks the same,
+    assert "int8_heavy_op_share" in applicable_thresholds(THRESHOLDS["int8"], {}, tflite)
+    assert "int8_heavy_op_share" not in applicable_thresholds(THRESHOLDS["int8"], {}, tflite, declared=True)  # unless named

@@ -119,15 +119,15 @@ class Inspection:
         everywhere by design (`--int16-activations`), held to its int8 weights, not to int8 compute."""
         return self.ops_by_mode.get("int16", 0) > 0 and not self.ops_by_mode.get("int8", 0)
 
-    @property
-    def weight_only_by_design(self) -> bool:
+    def weight_only_by_design(self, declared: bool = False) -> bool:
         """Whether every conv and matmul op that does not run int8 runs float arithmetic on int8 weights (or at
-        int16 activations), and some do, in an ONNX or ORT file: layers kept float on purpose and stored int8 (a
-        level path from a loud-and-quiet input, edgekit.converters.onnx_quantize.level_path; onnxruntime's static
-        quantizer never writes a weight-only op), held to their int8 weights, not to int8 compute. Elsewhere a
-        weight-only conv can be a quantizer's miss (a .tflite conv left to a float kernel), which the compute gate
-        keeps catching. Read from `float_ops` ("Conv ×4 (weight_only)"), which every inspection keeps."""
-        if self.format not in ("onnx", "ort"):
+        int16 activations), and some do, in a file that keeps them so on purpose: an ONNX or ORT file (onnxruntime's
+        static quantizer never writes a weight-only op), or one whose converter `declared` the layers it kept float
+        (`ArtifactMeta.kept_float`: a level path from a loud-and-quiet input, edgekit.calibration.methods.spread_db).
+        Such layers are held to their int8 weights, not to int8 compute. Otherwise a weight-only conv can be a
+        quantizer's miss (a .tflite conv left to a float kernel), which the compute gate keeps catching. Read from
+        `float_ops` ("Conv ×4 (weight_only)"), which every inspection keeps."""
+        if self.format not in ("onnx", "ort") and not declared:
             return False
         heavy = [entry.rsplit(" (", 1) for entry in self.float_ops if HEAVY_OPS.search(entry.split(" ×")[0])]
         modes = {parts[1].rstrip(")") if len(parts) == 2 else "float" for parts in heavy}

@@ -366,18 +366,19 @@ THRESHOLDS: dict[str, dict[str, float]] = {
 LM_FP32 = {"token_agreement": 0.99, "perplexity_ratio": 1.001}  # an fp32 decoder LM's (THRESHOLDS["fp32"] is per output)
 
 
-def applicable_thresholds(thresholds: dict, asked: dict, inspection) -> dict:
+def applicable_thresholds(thresholds: dict, asked: dict, inspection, declared: bool = False) -> dict:
     """`thresholds` as they apply to the artifact `inspection` read. One with int16 activations everywhere (a16w8:
     asked for, kept by a search, or built elsewhere; `Inspection.a16w8`), or whose conv and matmul ops that are
-    not int8 all run float on int8 weights (`Inspection.weight_only_by_design`), runs them on no int8 kernel by
-    design: it is held to its int8 weights (int8_weight_share), not to int8 compute, unless the user's
-    thresholds (`asked`) set int8_heavy_op_share.
+    not int8 all run float on int8 weights (`Inspection.weight_only_by_design`; `declared`: its converter named
+    the layers it kept float), runs them on no int8 kernel by design: it is held to its int8 weights
+    (int8_weight_share), not to int8 compute, unless the user's thresholds (`asked`) set int8_heavy_op_share.
 
     Where the runtime's graph gives the conv/matmul ops' multiply-accumulates (`int8_mac_share` in the executed
     view), the default int8 compute gate weighs them by those: a batch norm after its activation (conv → relu →
     bn, which no conv absorbs) runs in XNNPACK as a 1×1 depthwise conv, one op per conv at a few hundredths of its
     work (CREPE's int8 .pte: 46% of its conv ops int8, 99.6% of their MACs). A threshold the user set is kept."""
-    if inspection is not None and (inspection.a16w8 or inspection.weight_only_by_design) and "int8_heavy_op_share" not in asked:
+    by_design = inspection is not None and (inspection.a16w8 or inspection.weight_only_by_design(declared))
+    if by_design and "int8_heavy_op_share" not in asked:
         return {k: v for k, v in thresholds.items() if k != "int8_heavy_op_share"}
     ran = (inspection.executed or {}) if inspection is not None else {}
     if "int8_heavy_op_share" in thresholds and "int8_heavy_op_share" not in asked and "int8_mac_share" in ran:

@@ -108,7 +108,8 @@ class TargetJob(Choosing):
     def _verify(self, target, artifact: ModelArtifact, samples: SampleSet, reference: list):
         """(the artifact, noting where a search's choice did not hold on the verification samples, its verdict)."""
         outputs, inspection = self._run(artifact, samples)
-        thresholds = applicable_thresholds(self.thresholds, self.req.thresholds, inspection)
+        thresholds = applicable_thresholds(self.thresholds, self.req.thresholds, inspection,
+                                          declared=bool(artifact.meta.kept_float))
         verdict = compare(reference, outputs, thresholds, samples.labels, inspection, self.req.output_kinds)
         verdict = verify_second_size(self.source, artifact, verdict, samples, reference, thresholds,
                                      lambda msg: self.say(f"{target.name}: {msg}"))
