@@ -18,6 +18,7 @@ class Format:
     family: str  # "torch", "tf", or the format's own id for artifacts
     extensions: tuple[str, ...]
     description: str
+    judged_by: str = "samples"  # what its artifacts are judged against: outputs on samples, or an LM's "tokens"
 
 
 FORMATS: dict[str, Format] = {
@@ -29,7 +30,7 @@ FORMATS: dict[str, Format] = {
         Format("torch-python", "torch", (), "Python import spec module:factory"),
         Format("tf-savedmodel", "tf", (), "TensorFlow SavedModel directory"),
         Format("keras", "tf", (".keras", ".h5"), "Keras model file"),
-        Format("hf-causal-lm", "lm", (), "Hugging Face causal LM folder (config.json + safetensors)"),
+        Format("hf-causal-lm", "lm", (), "Hugging Face causal LM folder (config.json + safetensors)", "tokens"),
         Format("onnx", "onnx", (".onnx",), "ONNX ModelProto"),
         Format("tflite", "tflite", (".tflite",), "LiteRT/TFLite flatbuffer"),
         Format("pte", "pte", (".pte",), "ExecuTorch program"),

@@ -20,7 +20,6 @@ from edgekit.engine.graph import Route
 from edgekit.engine.layers import SAMPLES, float_reference, rank_layers
 from edgekit.core.search_record import StopReason
 from edgekit.engine.search import Measurement, Search, worth_keeping
-from edgekit.engine.sizes import verify_second_size
 from edgekit.core.source import Source
 from edgekit.core.quant import CALIBRATION_PASSES, PASSES, Precision, QuantSpec
 from edgekit.core.quiet import captured
@@ -29,7 +28,8 @@ from edgekit.core.results import ArtifactResult
 from edgekit.engine.isolation import run_isolated
 from edgekit.core.budgets import Budget
 from edgekit.core.errors import EdgekitError
-from edgekit.core.verify import METRICS, Status, applicable_thresholds, compare, only_near_ties
+from edgekit.core.verify import METRICS, Status, compare, only_near_ties
+from edgekit.engine.reference import SampleReference, verify
 
 ATTRIBUTED = 3  # layers a failed int8 verdict names
 
@@ -64,21 +64,17 @@ class TargetJob(Choosing):
             self.ran[key] = run_isolated(artifact, samples.inputs, inspect=True)
         return self.ran[key]
 
-    def run(self, target, route: Route, samples: SampleSet, reference: list) -> ArtifactResult:
-        """Build the target's artifact, verify it against the source's `reference` outputs on `samples`, place it."""
+    def run(self, target, route: Route, reference: SampleReference) -> ArtifactResult:
+        """Build the target's artifact, verify it against the source's `reference`, place it."""
         tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=self.work))
         try:
             artifact = self._build(target, route, tmp)
-            self.say(f"{target.name}: verifying in {target.runtime} on {len(samples)} samples")
-            started = time.perf_counter()
-            artifact, verdict = self._verify(target, artifact, samples, reference)
+            artifact, verdict = self._verify(target, artifact, reference)
             if verdict.status == Status.FAIL and self.req.attribute_failures and route.quantizing_step \
                     and artifact.meta.search is None and artifact.meta.quantization.precision == Precision.INT8:
                 verdict = replace(verdict, notes=verdict.notes + (self._attributed(target, route, artifact, verdict, tmp),))
             measured = ArtifactResult.measured(target.name, artifact, verdict)
-            placed = replace(measured, artifact=place(artifact, self.out_dir, self.work))
-            self.say(f"{target.name}: {verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
-            return placed
+            return replace(measured, artifact=place(artifact, self.out_dir, self.work))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -105,18 +101,14 @@ class TargetJob(Choosing):
             artifact = self._route(target, route, tmp, spec)
         return artifact.noting(calibration=calibration, quantization=spec, search=search)
 
-    def _verify(self, target, artifact: ModelArtifact, samples: SampleSet, reference: list):
+    def _verify(self, target, artifact: ModelArtifact, reference: SampleReference):
         """(the artifact, noting where a search's choice did not hold on the verification samples, its verdict)."""
-        outputs, inspection = self._run(artifact, samples)
-        thresholds = applicable_thresholds(self.thresholds, self.req.thresholds, inspection,
-                                          declared=bool(artifact.meta.kept_float))
-        verdict = compare(reference, outputs, thresholds, samples.labels, inspection, self.req.output_kinds)
-        verdict = verify_second_size(self.source, artifact, verdict, samples, reference, thresholds,
-                                     lambda msg: self.say(f"{target.name}: {msg}"))
+        verdict = verify(replace(reference, runner=self._run), artifact, target, self.thresholds, self.req.thresholds,
+                         self.say)
         search = artifact.meta.search
         if search and search.stopped is StopReason.MET and verdict.status == Status.FAIL:
             note = (f"the search met its budgets on {search.samples} held-out calibration samples, not on the "
-                    f"{len(samples)} verification samples: give more (and more varied) calibration samples")
+                    f"{len(reference.samples)} verification samples: give more (and more varied) calibration samples")
             artifact = artifact.noting(search=replace(search, note=note))
         return artifact, verdict
 

@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from edgekit.converters.base import ConvertContext
-from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import BadInput, reading
 from edgekit.core.lm_verify import lm_metrics, lm_verdict
 from edgekit.core.quant import Precision
@@ -26,7 +24,7 @@ from edgekit.core.results import ArtifactResult
 from edgekit.core.verify import LM_FP32, LM_METRICS, THRESHOLDS
 from edgekit.engine.build import Intermediates, Progress, build, place, run_folder, stem_of
 from edgekit.engine.isolation import inspect_isolated, lm_steps_isolated
-from edgekit.targets import by_format
+from edgekit.engine.reference import verify
 
 WINDOWS = 4  # windows of held-out text each artifact is run on
 GENERATED = 32  # greedy tokens compared after the first window's prefill
@@ -78,9 +76,9 @@ def speed(ran: dict, prefill_len: int) -> dict:
             "peak_memory_mib": round(float(ran["peak_bytes"]) / 2**20, 1)}
 
 
-class LMCheck:
-    """What every artifact of one LM run is judged on: the held-out windows, the source's logits on them and
-    its greedy tokens, computed once."""
+class TokenReference:
+    """What every artifact of one LM run is judged against (an edgekit.engine.reference.Reference of the tokens
+    kind): the held-out windows, the source's logits on them and its greedy tokens, computed once."""
 
     def __init__(self, source, eval_data: str | None, say: Progress):
         self.source = source
@@ -90,20 +88,30 @@ class LMCheck:
         self.count = min(GENERATED, source.max_seq_len - source.prefill_len)
         self.generated = source.reference_generate(self.windows[0, :source.prefill_len], self.count)
 
-    def verify(self, artifact, thresholds: dict, tell: Progress, runtime: str):
-        """The artifact run token by token in its runtime (loading only what it declares it needs), judged."""
+    @property
+    def what(self) -> str:
+        """"on N tokens of held-out text, …"."""
+        return f"on {self.windows.size} tokens of held-out text, token by token with its cache"
+
+    def thresholds(self, precision: str, asked: dict) -> dict:
+        """edgekit's LM thresholds at `precision`, the user's LM metrics on top (`thresholds_for`)."""
+        return thresholds_for(precision, asked)
+
+    def unnamed_precision(self, inspection) -> str:
+        """fp32: edgekit names the LM files it quantizes (model.int4-weights.pte); one named otherwise is judged as float."""
+        return Precision.FP32
+
+    def judge(self, artifact, thresholds: dict, asked: dict, tell: Progress):
+        """The artifact run token by token in its runtime (loading only what it declares it needs), judged;
+        `asked` is already in `thresholds` (LM thresholds have no exceptions by what the artifact is)."""
         source = self.source
-        tell(f"verifying in {runtime}: {self.windows.size} tokens, token by token with its cache")
-        started = time.perf_counter()
         inspection = inspect_isolated(artifact.format, artifact.path)
         needed = tuple(sorted({m for need in inspection.needs for m in need.modules}))
         ran = lm_steps_isolated(artifact.format, artifact.path, self.windows, prefill_len=source.prefill_len,
                                 cache_shape=source.config.cache_shape(source.max_seq_len), generate=self.count,
                                 needed=needed)
         metrics = lm_metrics(self.reference, ran["logits"], self.windows, self.generated, ran["generated"])
-        verdict = lm_verdict(metrics, thresholds, len(self.windows), inspection, speed=speed(ran, source.prefill_len))
-        tell(f"{verdict.status} ({time.perf_counter() - started:.1f} s to verify)")
-        return verdict
+        return lm_verdict(metrics, thresholds, len(self.windows), inspection, speed=speed(ran, source.prefill_len))
 
 
 def calibration_windows(source, req, say: Progress) -> np.ndarray | None:
@@ -126,8 +134,8 @@ def run_lm(plan, source, say: Progress, routes=None) -> list[ArtifactResult]:
     """Build, verify and place every route of `plan` (or `routes`, a part of it) for the opened LM `source`."""
     req = plan.request
     tokens = calibration_windows(source, req, say)
-    check = LMCheck(source, req.eval_data, say)
-    thresholds = thresholds_for(req.precision, req.thresholds)
+    reference = TokenReference(source, req.eval_data, say)
+    thresholds = reference.thresholds(req.precision, req.thresholds)
     out_dir, results = Path(req.out_dir), []
     with run_folder(out_dir) as work:
         shared = Intermediates(work / "built")
@@ -137,23 +145,9 @@ def run_lm(plan, source, say: Progress, routes=None) -> list[ArtifactResult]:
                 tell = lambda msg, name=target.name: say(f"{name}: {msg}")  # noqa: E731
                 ctx = ConvertContext(source, tmp, spec=req.quant, ort_platform=req.ort_platform, lm_tokens=tokens)
                 artifact = build(route, ctx, stem_of(req.source), tell, shared, target.name)
-                verdict = check.verify(artifact, thresholds, tell, target.runtime)
+                verdict = verify(reference, artifact, target, thresholds, req.thresholds, say)
                 measured = ArtifactResult.measured(target.name, artifact, verdict)  # before placing: bytes as verified
                 results.append(replace(measured, artifact=place(artifact, out_dir, work)))
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
-    return results
-
-
-def verify_given_lm(req, source, given, thresholds_for_precision, say: Progress) -> list[ArtifactResult]:
-    """LM artifacts made elsewhere ((path, format, files, precision) each), each verified against `source`."""
-    check = LMCheck(source, req.eval_data, say)
-    results = []
-    for path, fmt, files, precision in given:
-        target = by_format(fmt)
-        artifact = ModelArtifact(fmt, str(path), source.artifact.signature, precision, files=files,
-                                 meta=ArtifactMeta(route=("given",), seconds=0.0))
-        thresholds = thresholds_for(precision, thresholds_for_precision(precision) if thresholds_for_precision else {})
-        verdict = check.verify(artifact, thresholds, lambda msg, n=target.name: say(f"{n}: {msg}"), target.runtime)
-        results.append(ArtifactResult.measured(target.name, artifact, verdict))
     return results

@@ -26,20 +26,17 @@ from edgekit.calibration.sources import load_calibration
 from edgekit.core.artifact import ArtifactMeta, ModelArtifact
 from edgekit.core.errors import BadInput, ConversionFailed, reading
 from edgekit.core.formats import FORMATS, artifact_files, detect, split_name
-from edgekit.core.inspection import Inspection
-from edgekit.core.quant import Precision
 from edgekit.core.quiet import captured
 from edgekit.core.results import ArtifactResult, ConvertResult, TargetFailure
-from edgekit.core.verify import THRESHOLDS, applicable_thresholds, compare
 from edgekit.engine.build import Intermediates, Progress, run_folder, stem_of
 from edgekit.engine.job import TargetJob
 from edgekit.engine.choice import DEFAULT_CHOICE_SAMPLES
 from edgekit.engine.deadline import time_budget
 from edgekit.engine.plan import Plan, plan
+from edgekit.engine.reference import Reference, SampleReference, verify
 from edgekit.engine.request import ConvertRequest
-from edgekit.engine.isolation import run_isolated, start_workers
+from edgekit.engine.isolation import start_workers
 from edgekit.engine.search import SEARCH_FRACTION
-from edgekit.engine.sizes import verify_second_size
 from edgekit.core.source import Source
 from edgekit.sources.loading import SourceOptions, open_source
 from edgekit.targets import TARGETS, by_format
@@ -148,13 +145,14 @@ def run(prepared: Prepared, progress: Progress | None = None, routes=None) -> tu
 
     results, failures = [], []
     with run_folder(out_dir) as run_tmp:
+        reference = SampleReference(prepared.source, prepared.samples, prepared.reference, req.output_kinds)
         job = TargetJob(prepared.source, req, prepared.calib, prepared.selection, p.thresholds, out_dir, run_tmp,
                         stem_of(req.source), tracked, Intermediates(run_tmp / "built"))
         for target, route in routes:
             last[0] = ""
             try:
                 with time_budget(req.time_budget, target.name, last):
-                    results.append(job.run(target, route, prepared.samples, prepared.reference))
+                    results.append(job.run(target, route, reference))
             except ConversionFailed as e:
                 if len(p.routes) == 1:  # the request's one target (others placed from the cache are kept)
                     raise
@@ -215,24 +213,6 @@ def _run_missing(p: Plan, missing: list, say: Progress, sources: Sources):
     return prepared.source.artifact, run(prepared, say, missing), prepared.warnings
 
 
-def _verify_lm(req: ConvertRequest, paths: list[str], thresholds_for, say: Progress, sources: Sources) -> ConvertResult:
-    """Decoder LM artifacts made elsewhere, verified token by token against the LM folder they came from; the
-    precision is read from each file's name (model.int4-weights.pte), else fp32."""
-    from edgekit.engine.lm_job import verify_given_lm  # local: only a decoder LM's run needs it
-
-    given = []
-    for p in paths:
-        fmt = detect(p)
-        if fmt not in {t.format for t in TARGETS.values()}:
-            raise BadInput(f"{p} is a {fmt} model, not an artifact edgekit can verify", fix="give .tflite, .pte or .onnx files")
-        with reading(p, f"the .{fmt} artifact"):
-            given.append((p, fmt, artifact_files(fmt, p), split_name(Path(p))[1] or Precision.FP32))
-    with run_folder(Path(req.out_dir)):
-        source = sources.open(req.source, req.source_options, say)
-        results = verify_given_lm(req, source, given, thresholds_for, say)
-    return ConvertResult(source.artifact, source.artifact.sha256, tuple(results), ())
-
-
 def _fingerprint(samples: SampleSet) -> str:
     h = hashlib.sha256()
     for name in sorted(samples.inputs):
@@ -243,15 +223,15 @@ def _fingerprint(samples: SampleSet) -> str:
 
 def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Callable[[str], dict] | None = None,
                      progress: Progress | None = None, sources: Sources | None = None) -> ConvertResult:
-    """Verify artifacts made elsewhere against the source model, each in its own runtime.
+    """Verify artifacts made elsewhere against the source model, each in its own runtime, against the source's
+    reference of its kind (`open_reference`: samples, or a decoder LM's tokens).
 
-    An artifact's precision comes from its name (model.int8.tflite) or else from its weights; its
-    thresholds are edgekit's for that precision updated with `thresholds_for(precision)`.
+    Every file is read first, as `edgekit report` reads it. An artifact's precision comes from its name
+    (model.int8.tflite), else from its weights (a decoder LM's: fp32); its thresholds are edgekit's for that
+    precision updated with `thresholds_for(precision)`.
     """
     say = progress or (lambda _msg: None)
-    if FORMATS[detect(req.source)].family == "lm":
-        return _verify_lm(req, paths, thresholds_for, say, sources or Sources())
-    given = []  # (path, format, files, inspection): every artifact is read, as `edgekit report` reads it, first
+    given = []  # (path, format, files, inspection)
     for p in paths:
         fmt = detect(p)
         if fmt not in {t.format for t in TARGETS.values()}:
@@ -262,32 +242,35 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
             given.append((p, fmt, files, inspect_artifact(fmt, str(p))))
     results = []
     with run_folder(Path(req.out_dir)):  # the runtimes' temporary files too stay inside --out
-        start_workers({fmt for _, fmt, _, _ in given})
-        prepared = prepare(Plan(req, detect(req.source), (), False, {}), say, sources)
+        source, reference, warnings = open_reference(req, sources or Sources(), say, {fmt for _, fmt, _, _ in given})
         for p, fmt, files, inspection in given:
-            results.append(_verify_given(p, fmt, files, inspection, prepared.source,
-                                         prepared.samples, prepared.reference, thresholds_for, say, req.output_kinds))
-    source = prepared.source.artifact
-    return ConvertResult(source, source.sha256 if source.files else None, tuple(results), prepared.warnings)
+            precision = split_name(Path(p))[1] or reference.unnamed_precision(inspection)
+            artifact = ModelArtifact(fmt, str(p), source.artifact.signature, precision, files=files,
+                                     meta=ArtifactMeta(route=("given",), seconds=0.0))
+            asked = thresholds_for(precision) if thresholds_for else {}
+            try:
+                verdict = verify(reference, artifact, by_format(fmt), reference.thresholds(precision, asked), asked, say)
+            except ConversionFailed as e:  # nothing was converted: the file given is what cannot be run
+                raise BadInput(f"{p}: {e.message}", fix="the file is damaged or not a valid artifact; "
+                                                       "give the file as the converter wrote it") from None
+            results.append(ArtifactResult.measured(by_format(fmt).name, artifact, verdict))
+    return ConvertResult(source.artifact, source.artifact.sha256 if source.artifact.files else None, tuple(results),
+                         warnings)
 
 
-def _verify_given(p, fmt: str, files, inspection: Inspection, source: Source, samples, reference, thresholds_for,
-                  say: Progress, kinds: dict) -> ArtifactResult:
-    target = by_format(fmt)
-    artifact = ModelArtifact(fmt, str(p), source.artifact.signature, files=files, meta=ArtifactMeta(route=("given",), seconds=0.0))
-    say(f"{target.name}: verifying {Path(p).name} in {target.runtime} on {len(samples)} samples")
-    try:
-        outputs, _ = run_isolated(artifact, samples.inputs, inspection=inspection)
-    except ConversionFailed as e:  # nothing was converted: the file given is what cannot be run
-        raise BadInput(f"{p}: {e.message}", fix="the file is damaged or not a valid artifact; "
-                                               "give the file as the converter wrote it") from None
-    precision = split_name(Path(p))[1] or inspection.precision
-    asked = thresholds_for(precision) if thresholds_for else {}
-    thresholds = applicable_thresholds({**THRESHOLDS.get(precision, {}), **asked}, asked, inspection)
-    verdict = compare(reference, outputs, thresholds, samples.labels, inspection, kinds)
-    verdict = verify_second_size(source, artifact, verdict, samples, reference, thresholds,
-                                 lambda msg: say(f"{target.name}: {msg}"))
-    return ArtifactResult.measured(target.name, artifact.evolve(precision=precision), verdict)
+def open_reference(req: ConvertRequest, sources: Sources, say: Progress, formats=()) -> tuple[Source, Reference, tuple]:
+    """(the opened source, what its artifacts are judged against, the warnings loading its data gave), of the kind
+    its format is judged by (edgekit.core.formats.Format.judged_by; edgekit.engine.reference). For samples, the
+    runtime workers of `formats` are started first, to import their runtimes while the source runs."""
+    if FORMATS[detect(req.source)].judged_by == "tokens":
+        from edgekit.engine.lm_job import TokenReference  # local: only a decoder LM's run needs it
+
+        source = sources.open(req.source, req.source_options, say)
+        return source, TokenReference(source, req.eval_data, say), ()
+    start_workers(formats)
+    prepared = prepare(Plan(req, detect(req.source), (), False, {}), say, sources)
+    reference = SampleReference(prepared.source, prepared.samples, prepared.reference, req.output_kinds)
+    return prepared.source, reference, prepared.warnings
 
 
 def _run_reference(source: Source, samples) -> list[np.ndarray]:
