@@ -218,7 +218,7 @@ def test_a_check_budget_on_an_lm_fails_when_a_broken_weight_pushes_perplexity_pa
 
 def test_a_decoder_lm_at_a_precision_it_does_not_take_exits_2_naming_the_ones_it_does(tmp_path):
     proc = run_cli("convert", str(SAMPLE_LM), "-t", "onnx", "-p", "int8", "-o", str(tmp_path))
-    assert proc.returncode == 2 and "converted at fp32, int8-weights or int4-weights, not int8" in proc.stderr
+    assert proc.returncode == 2 and "a hf-causal-lm source is converted at fp32, int8-weights or int4-weights, not int8" in proc.stderr
     proc = run_cli("convert", str(SAMPLE_LM), "-t", "ptl", "-p", "int4-weights", "-o", str(tmp_path))
     assert proc.returncode == 2 and "no route from hf-causal-lm to ptl at int4-weights" in proc.stderr
 

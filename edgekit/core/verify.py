@@ -12,6 +12,7 @@ import numpy as np
 from edgekit.core.errors import BadInput
 from edgekit.core.inspection import Inspection
 from edgekit.core.options import key_values, number
+from edgekit.core.quant import LM_PRECISIONS, Precision
 
 Metric = Callable[[np.ndarray, np.ndarray], "float | None"]
 METRICS: dict[str, Metric] = {}
@@ -363,6 +364,11 @@ THRESHOLDS: dict[str, dict[str, float]] = {
     "int8-weights": {"token_agreement": 0.98, "perplexity_ratio": 1.02},
     "int4-weights": {"token_agreement": 0.90, "perplexity_ratio": 1.10},
 }
+# The precisions each kind of reference (edgekit.engine.reference; a source format's `judged_by`) judges an
+# artifact at: a model's outputs on samples, at float, int8 and int8-dynamic; a decoder LM's tokens, at float and
+# its weight-only precisions.
+JUDGED_AT = {"samples": (Precision.FP32, Precision.FP16, Precision.INT8, Precision.INT8_DYNAMIC),
+             "tokens": (Precision.FP32, *LM_PRECISIONS)}
 LM_FP32 = {"token_agreement": 0.99, "perplexity_ratio": 1.001}  # an fp32 decoder LM's (THRESHOLDS["fp32"] is per output)
 
 

@@ -31,13 +31,13 @@ from edgekit.core.artifact import ModelArtifact, sha256_files
 from edgekit.core.cpu import int8_products_saturate
 from edgekit.core.deps import DISTRIBUTIONS, versions
 from edgekit.core.errors import BadInput
-from edgekit.core.formats import FORMATS, artifact_files, detect
+from edgekit.core.formats import artifact_files, detect
 from edgekit.core.results import ArtifactResult
 from edgekit.core.signature import Signature
 from edgekit.engine.build import place
 
 DEFAULT_SIZE = 2 << 30
-KEY_SCHEMA = 1
+KEY_SCHEMA = 2
 
 
 class Uncacheable(Exception):
@@ -191,28 +191,20 @@ def request_key(plan) -> dict:
         "source_options": {"input_shapes": [s.describe() for s in options.input_shapes], "trust_pickle": options.trust_pickle,
                            "trust_model_code": options.trust_model_code,
                            "example_inputs": _data_key(options.example_inputs, "the example inputs")
-                           if options.example_inputs else None},
+                           if options.example_inputs else None,
+                           "max_seq_len": options.max_seq_len, "prefill_len": options.prefill_len},  # a decoder LM's
+        # calibration samples, or the text a decoder LM's weights are rounded on (GPTQ), wherever given
         "calibration": ({"data": _data_key(req.calibration.source, "the calibration data"),
                          "where": req.calibration.source,  # the results name it
                          "samples": req.calibration.samples, "preprocess": req.calibration.preprocess}
-                        if plan.calibrated else None),
+                        if req.calibration else None),
         "eval": _data_key(req.eval_data, "the eval data") if req.eval_data else None,
-        "spec": req.quant.to_json() if plan.calibrated else None,  # as asked: `auto` and the default recipe unsettled
+        "spec": req.quant.to_json(),  # as asked: `auto` and the default recipe unsettled
         **req.search.to_json(), "thresholds": sorted(plan.thresholds.items()), "precision": req.precision,
         "output_kinds": sorted(req.output_kinds.items()),
         "attribute_failures": req.attribute_failures,  # a failed verdict's note names layers or not
         "ort_platform": req.ort_platform,
-        "lm": _lm_key(plan) if FORMATS[plan.source_format].family == "lm" else None,
     }
-
-
-def _lm_key(plan) -> dict:
-    """What a decoder LM's results depend on beyond the common key: the cache and prefill lengths, the
-    calibration text GPTQ rounds on, and the spec (group size, layers kept float)."""
-    req, options = plan.request, plan.request.source_options
-    return {"max_seq_len": options.max_seq_len, "prefill_len": options.prefill_len,
-            "calibration": _data_key(req.calibration.source, "the calibration text") if req.calibration else None,
-            "spec": req.quant.to_json()}
 
 
 def _data_key(location: str, what: str) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 from edgekit.converters.base import converters, node_of
 from edgekit.core.errors import BadInput
 from edgekit.core.formats import FORMATS, detect
-from edgekit.core.quant import LM_PRECISIONS, Lack, Precision
-from edgekit.core.verify import THRESHOLDS
+from edgekit.core.quant import Lack, Precision
+from edgekit.core.verify import JUDGED_AT, THRESHOLDS
 from edgekit.engine.build import stem_of
 from edgekit.engine.graph import Graph, Route
 from edgekit.engine.request import ConvertRequest
@@ -47,10 +47,11 @@ def plan(req: ConvertRequest) -> Plan:
     """Every target's route, checked: the method, passes and layer overrides asked for exist on each."""
     thresholds = {**THRESHOLDS.get(req.precision, {}), **req.thresholds, **{b.metric: b.limit for b in req.search.budgets}}
     source_format = detect(req.source)  # fail fast on a bad path, before loading anything heavy
-    if FORMATS[source_format].family == "lm" and req.precision not in (Precision.FP32, *LM_PRECISIONS):
-        raise BadInput(f"a decoder LM is converted at fp32, {' or '.join(LM_PRECISIONS)}, not {req.precision}",
-                       fix="give -p int8-weights or -p int4-weights (weights quantized; no calibration needed)")
     graph = Graph()
+    converts_at = JUDGED_AT[FORMATS[source_format].judged_by]
+    if req.precision not in converts_at:
+        raise BadInput(f"a {source_format} source is converted at {', '.join(converts_at[:-1])} or {converts_at[-1]}, "
+                       f"not {req.precision}", fix="give -p with one of those")
     targets = resolve_targets(req.targets, source_format, req.precision, graph)
     if not targets:
         raise BadInput(f"no target is reachable from {source_format} at {req.precision}",
