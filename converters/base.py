@@ -68,11 +68,12 @@ class ConvertContext:
 
     source: "Source"  # the opened source model (a TorchSource for PyTorch sources)
     work_dir: Path  # the step's own folder: its output and its scratch files
-    calibration: "SampleSet | None" = None
+    # the calibration data of the run's reference kind (edgekit.engine.reference): a model's samples, or a decoder
+    # LM's calibration text as windows of token ids (GPTQ)
+    calibration: "SampleSet | np.ndarray | None" = None
     spec: QuantSpec = QuantSpec()  # its method is a concrete one, never "auto"
     reuse: Reuse | None = None  # shared with the run's other conversions of this target, if any
     ort_platform: str = "arm"  # the CPU an .ort is laid out for (edgekit.core.formats.ORT_PLATFORMS)
-    lm_tokens: "np.ndarray | None" = None  # a decoder LM's calibration text as windows of token ids (GPTQ)
 
 
 class Converter:

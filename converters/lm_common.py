@@ -69,13 +69,13 @@ def keeps_tied_table(cfg, keep: tuple[str, ...]) -> bool:
 
 def data_aware(module, ctx, fmt: str, precision: str, group: int | None, keep: tuple[str, ...],
                shared_head: bool = False, head_group: int | None = None) -> str:
-    """With calibration text (`ctx.lm_tokens`), the decoder's linears rounded by GPTQ onto `fmt`'s grid at
+    """With calibration text (`ctx.calibration`), the decoder's linears rounded by GPTQ onto `fmt`'s grid at
     `precision` (groups of `group` input columns; None: per channel), in place, before the framework quantizes
     them; what `record` calls the rounding. `shared_head`: the format stores a tied LM head as the embedding's
     table, once; the head is then left as the table (rounding it apart would store a second table).
     The LM head is int8 in every format at both precisions: its grid is int8, per channel or in groups of
     `head_group` input columns."""
-    if precision == Precision.FP32 or ctx.lm_tokens is None:
+    if precision == Precision.FP32 or ctx.calibration is None:
         return "round to nearest"
     bits = 4 if precision == Precision.INT4_WEIGHTS else 8
     tied = shared_head and ctx.source.config.tied
@@ -85,6 +85,6 @@ def data_aware(module, ctx, fmt: str, precision: str, group: int | None, keep: t
             return grid(fmt, 8, w, head_group or w.shape[1])
         return grid(fmt, bits, w, group or w.shape[1])
 
-    done = gptq_decoder(module, ctx.lm_tokens, grid_of, skip=lambda name: is_kept(name, keep) or (tied and name == "lm_head"))
+    done = gptq_decoder(module, ctx.calibration, grid_of, skip=lambda name: is_kept(name, keep) or (tied and name == "lm_head"))
     head = "the LM head rounded to nearest as the embedding's table" if tied else "the LM head its own"
-    return f"GPTQ on {len(ctx.lm_tokens)} windows of calibration text ({done} linears; {head})"
+    return f"GPTQ on {len(ctx.calibration)} windows of calibration text ({done} linears; {head})"

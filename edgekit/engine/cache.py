@@ -200,7 +200,7 @@ def request_key(plan) -> dict:
                         if req.calibration else None),
         "eval": _data_key(req.eval_data, "the eval data") if req.eval_data else None,
         "spec": req.quant.to_json(),  # as asked: `auto` and the default recipe unsettled
-        **req.search.to_json(), "thresholds": sorted(plan.thresholds.items()), "precision": req.precision,
+        **req.search.to_json(), "thresholds": sorted(req.thresholds.items()), "precision": req.precision,
         "output_kinds": sorted(req.output_kinds.items()),
         "attribute_failures": req.attribute_failures,  # a failed verdict's note names layers or not
         "ort_platform": req.ort_platform,

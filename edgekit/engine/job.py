@@ -29,7 +29,7 @@ from edgekit.engine.isolation import run_isolated
 from edgekit.core.budgets import Budget
 from edgekit.core.errors import EdgekitError
 from edgekit.core.verify import METRICS, Status, compare, only_near_ties
-from edgekit.engine.reference import SampleReference, verify
+from edgekit.engine.reference import Reference, Runner, cached_runner, verify
 
 ATTRIBUTED = 3  # layers a failed int8 verdict names
 
@@ -53,18 +53,15 @@ class TargetJob(Choosing):
     stem: str
     say: Progress
     shared: Intermediates  # the run's built steps, reused across targets and candidates
-    ran: dict = field(default_factory=dict)  # (artifact path, samples) → (outputs, inspection), each run once
+    runner: Runner = field(default_factory=cached_runner)  # each artifact run on each set of samples once
     ranked: dict = field(default_factory=dict)  # traced artifact path → its layers ranked, each ranked once
 
     def _run(self, artifact: ModelArtifact, samples: SampleSet) -> tuple[list, dict]:
         """The artifact's outputs on `samples` and its inspection, from its runtime's worker; an artifact
         already run on these samples (an `auto` candidate verified on its held-out samples) is not run again."""
-        key = (artifact.path, id(samples))
-        if key not in self.ran:
-            self.ran[key] = run_isolated(artifact, samples.inputs, inspect=True)
-        return self.ran[key]
+        return self.runner(artifact, samples)
 
-    def run(self, target, route: Route, reference: SampleReference) -> ArtifactResult:
+    def run(self, target, route: Route, reference: Reference) -> ArtifactResult:
         """Build the target's artifact, verify it against the source's `reference`, place it."""
         tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=self.work))
         try:
@@ -101,14 +98,13 @@ class TargetJob(Choosing):
             artifact = self._route(target, route, tmp, spec)
         return artifact.noting(calibration=calibration, quantization=spec, search=search)
 
-    def _verify(self, target, artifact: ModelArtifact, reference: SampleReference):
+    def _verify(self, target, artifact: ModelArtifact, reference: Reference):
         """(the artifact, noting where a search's choice did not hold on the verification samples, its verdict)."""
-        verdict = verify(replace(reference, runner=self._run), artifact, target, self.thresholds, self.req.thresholds,
-                         self.say)
+        verdict = verify(reference.run_by(self.runner), artifact, target, self.thresholds, self.req.thresholds, self.say)
         search = artifact.meta.search
         if search and search.stopped is StopReason.MET and verdict.status == Status.FAIL:
-            note = (f"the search met its budgets on {search.samples} held-out calibration samples, not on the "
-                    f"{len(reference.samples)} verification samples: give more (and more varied) calibration samples")
+            note = (f"the search met its budgets on {search.samples} held-out calibration samples, not {reference.what} "
+                    "of the verification: give more (and more varied) calibration samples")
             artifact = artifact.noting(search=replace(search, note=note))
         return artifact, verdict
 

@@ -1,6 +1,7 @@
-"""A decoder LM's run: each target's route built from the static-cache decoder, the artifact run token by
-token through its own runtime with its cache on held-out text, judged against the source by
-edgekit.core.lm_verify, then placed.
+"""What a decoder LM's artifacts are judged against (`TokenReference`, the tokens kind of
+edgekit.engine.reference), and its calibration text: a run builds, judges and places an LM's artifacts as any
+other's (edgekit.engine.job.TargetJob), each run token by token through its own runtime with its cache on
+held-out text and judged against the source by edgekit.core.lm_verify.
 
 The held-out text is `--eval` (a .txt read with the folder's tokenizer, or a .npz of token ids named
 `tokens`), cut into at most `WINDOWS` windows of `max_seq_len` tokens. Each window is the source's in one
@@ -9,22 +10,16 @@ forward pass and the artifact's as an app runs it: prefill, then decode step by 
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from edgekit.converters.base import ConvertContext
 from edgekit.core.errors import BadInput, reading
 from edgekit.core.lm_verify import lm_metrics, lm_verdict
 from edgekit.core.quant import Precision
-from edgekit.core.results import ArtifactResult
 from edgekit.core.verify import LM_FP32, LM_METRICS, THRESHOLDS
-from edgekit.engine.build import Intermediates, Progress, build, place, run_folder, stem_of
+from edgekit.engine.build import Progress
 from edgekit.engine.isolation import inspect_isolated, lm_steps_isolated
-from edgekit.engine.reference import verify
 
 WINDOWS = 4  # windows of held-out text each artifact is run on
 GENERATED = 32  # greedy tokens compared after the first window's prefill
@@ -101,6 +96,10 @@ class TokenReference:
         """fp32: edgekit names the LM files it quantizes (model.int4-weights.pte); one named otherwise is judged as float."""
         return Precision.FP32
 
+    def run_by(self, runner) -> "TokenReference":
+        """Itself: an LM artifact runs token by token in its own child, never on samples."""
+        return self
+
     def judge(self, artifact, thresholds: dict, asked: dict, tell: Progress):
         """The artifact run token by token in its runtime (loading only what it declares it needs), judged;
         `asked` is already in `thresholds` (LM thresholds have no exceptions by what the artifact is)."""
@@ -128,26 +127,3 @@ def calibration_windows(source, req, say: Progress) -> np.ndarray | None:
     windows = eval_windows(source, req.calibration.source, CALIB_WINDOWS, "the calibration text")
     say(f"calibration text: {windows.shape[0]} window(s) of {windows.shape[1]} tokens for GPTQ")
     return windows
-
-
-def run_lm(plan, source, say: Progress, routes=None) -> list[ArtifactResult]:
-    """Build, verify and place every route of `plan` (or `routes`, a part of it) for the opened LM `source`."""
-    req = plan.request
-    tokens = calibration_windows(source, req, say)
-    reference = TokenReference(source, req.eval_data, say)
-    thresholds = reference.thresholds(req.precision, req.thresholds)
-    out_dir, results = Path(req.out_dir), []
-    with run_folder(out_dir) as work:
-        shared = Intermediates(work / "built")
-        for target, route in routes or plan.routes:
-            tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=work))
-            try:
-                tell = lambda msg, name=target.name: say(f"{name}: {msg}")  # noqa: E731
-                ctx = ConvertContext(source, tmp, spec=req.quant, ort_platform=req.ort_platform, lm_tokens=tokens)
-                artifact = build(route, ctx, stem_of(req.source), tell, shared, target.name)
-                verdict = verify(reference, artifact, target, thresholds, req.thresholds, say)
-                measured = ArtifactResult.measured(target.name, artifact, verdict)  # before placing: bytes as verified
-                results.append(replace(measured, artifact=place(artifact, out_dir, work)))
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    return results

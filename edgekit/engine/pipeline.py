@@ -76,21 +76,36 @@ class Sources:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A plan with its source opened, its data loaded and its reference outputs computed."""
+    """A plan with its source opened, its data loaded and the reference its artifacts are judged against computed."""
 
     plan: Plan
     source: Source
-    calib: SampleSet | None
-    samples: SampleSet  # the verification samples
-    reference: list  # the source's outputs on them
+    calib: SampleSet | np.ndarray | None  # the reference kind's calibration data (a decoder LM's: windows of tokens)
+    reference: Reference  # what every artifact is judged against (edgekit.engine.reference)
     selection: tuple | None  # (samples, their reference outputs) for auto, the search and the default's choice
     warnings: tuple[str, ...] = ()
 
 
-def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | None = None) -> Prepared:
-    """Open the source, load the calibration and eval data, and run the source on the eval samples."""
+def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | None = None, workers=None) -> Prepared:
+    """Open the source, load its data and compute its reference, of the kind its format is judged by
+    (edgekit.core.formats.Format.judged_by; edgekit.engine.reference): the one place the kind is chosen. The
+    runtime workers of `workers` (None: the plan's targets) start first, to import their runtimes meanwhile."""
     say = progress or (lambda _msg: None)
-    req, sources = plan.request, sources or Sources()
+    sources = sources or Sources()
+    if FORMATS[plan.source_format].judged_by == "tokens":
+        from edgekit.engine.lm_job import TokenReference, calibration_windows  # local: only a decoder LM's run needs it
+
+        source = sources.open(plan.request.source, plan.request.source_options, say)
+        calib = calibration_windows(source, plan.request, say) if plan.routes else None
+        return Prepared(plan, source, calib, TokenReference(source, plan.request.eval_data, say), None)
+    start_workers({t.format for t, _ in plan.routes} if workers is None else workers)
+    return _prepare_samples(plan, say, sources)
+
+
+def _prepare_samples(plan: Plan, say: Progress, sources: Sources) -> Prepared:
+    """Load the calibration and eval data, holding calibration samples out where a choice or the verification
+    needs them, and run the source on the verification samples (and on those a choice is made on)."""
+    req = plan.request
     source_model = sources.open(req.source, req.source_options, say)
     source = source_model.artifact
     calib = held_out = None
@@ -118,7 +133,7 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
         samples = random_samples(source.signature, RANDOM_SAMPLES)
         warnings.append(f"no --eval data: verified on {RANDOM_SAMPLES} seeded random inputs, "
                         "which says little about accuracy; pass --eval data.npz")
-    reference = sources.reference(source_model, samples, say)
+    reference = SampleReference(source_model, samples, sources.reference(source_model, samples, say), req.output_kinds)
     selection = None
     if req.chooses_on_held_out and held_out is not None:
         selection = (held_out, sources.reference(source_model, held_out, say))
@@ -126,7 +141,7 @@ def prepare(plan: Plan, progress: Progress | None = None, sources: Sources | Non
                                    if r.quantizing_step):
         chosen_on = calib.head(min(DEFAULT_CHOICE_SAMPLES, len(calib)))  # the default recipe chooses its method on these
         selection = (chosen_on, sources.reference(source_model, chosen_on, say))
-    return Prepared(plan, source_model, calib, samples, reference, selection, tuple(warnings))
+    return Prepared(plan, source_model, calib, reference, selection, tuple(warnings))
 
 
 def run(prepared: Prepared, progress: Progress | None = None, routes=None) -> tuple[list[ArtifactResult], list[TargetFailure]]:
@@ -144,15 +159,15 @@ def run(prepared: Prepared, progress: Progress | None = None, routes=None) -> tu
         say(msg)
 
     results, failures = [], []
+    thresholds = prepared.reference.thresholds(req.precision, req.judged_at)
     with run_folder(out_dir) as run_tmp:
-        reference = SampleReference(prepared.source, prepared.samples, prepared.reference, req.output_kinds)
-        job = TargetJob(prepared.source, req, prepared.calib, prepared.selection, p.thresholds, out_dir, run_tmp,
+        job = TargetJob(prepared.source, req, prepared.calib, prepared.selection, thresholds, out_dir, run_tmp,
                         stem_of(req.source), tracked, Intermediates(run_tmp / "built"))
         for target, route in routes:
             last[0] = ""
             try:
                 with time_budget(req.time_budget, target.name, last):
-                    results.append(job.run(target, route, reference))
+                    results.append(job.run(target, route, prepared.reference))
             except ConversionFailed as e:
                 if len(p.routes) == 1:  # the request's one target (others placed from the cache are kept)
                     raise
@@ -201,15 +216,8 @@ def convert(req: ConvertRequest, progress: Progress | None = None, *, sources: S
 
 
 def _run_missing(p: Plan, missing: list, say: Progress, sources: Sources):
-    """(the source's artifact, the results of the `missing` routes, the run's warnings): a decoder LM's verified
-    token by token (edgekit.engine.lm_job), any other model's on its samples."""
-    if FORMATS[p.source_format].family == "lm":
-        from edgekit.engine.lm_job import run_lm  # local: only a decoder LM's run needs it
-
-        source = sources.open(p.request.source, p.request.source_options, say)
-        return source.artifact, (run_lm(p, source, say, missing), []), p.warnings
-    start_workers({t.format for t, _ in missing})
-    prepared = prepare(p, say, sources)
+    """(the source's artifact, the results of the `missing` routes, the run's warnings)."""
+    prepared = prepare(p, say, sources, workers={t.format for t, _ in missing})
     return prepared.source.artifact, run(prepared, say, missing), prepared.warnings
 
 
@@ -224,7 +232,7 @@ def _fingerprint(samples: SampleSet) -> str:
 def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Callable[[str], dict] | None = None,
                      progress: Progress | None = None, sources: Sources | None = None) -> ConvertResult:
     """Verify artifacts made elsewhere against the source model, each in its own runtime, against the source's
-    reference of its kind (`open_reference`: samples, or a decoder LM's tokens).
+    reference of its kind (`prepare`: samples, or a decoder LM's tokens).
 
     Every file is read first, as `edgekit report` reads it. An artifact's precision comes from its name
     (model.int8.tflite), else from its weights (a decoder LM's: fp32); its thresholds are edgekit's for that
@@ -242,7 +250,8 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
             given.append((p, fmt, files, inspect_artifact(fmt, str(p))))
     results = []
     with run_folder(Path(req.out_dir)):  # the runtimes' temporary files too stay inside --out
-        source, reference, warnings = open_reference(req, sources or Sources(), say, {fmt for _, fmt, _, _ in given})
+        prepared = prepare(Plan(req, detect(req.source), (), False), say, sources, {fmt for _, fmt, _, _ in given})
+        source, reference = prepared.source, prepared.reference
         for p, fmt, files, inspection in given:
             precision = split_name(Path(p))[1] or reference.unnamed_precision(inspection)
             artifact = ModelArtifact(fmt, str(p), source.artifact.signature, precision, files=files,
@@ -255,22 +264,7 @@ def verify_artifacts(req: ConvertRequest, paths: list[str], thresholds_for: Call
                                                        "give the file as the converter wrote it") from None
             results.append(ArtifactResult.measured(by_format(fmt).name, artifact, verdict))
     return ConvertResult(source.artifact, source.artifact.sha256 if source.artifact.files else None, tuple(results),
-                         warnings)
-
-
-def open_reference(req: ConvertRequest, sources: Sources, say: Progress, formats=()) -> tuple[Source, Reference, tuple]:
-    """(the opened source, what its artifacts are judged against, the warnings loading its data gave), of the kind
-    its format is judged by (edgekit.core.formats.Format.judged_by; edgekit.engine.reference). For samples, the
-    runtime workers of `formats` are started first, to import their runtimes while the source runs."""
-    if FORMATS[detect(req.source)].judged_by == "tokens":
-        from edgekit.engine.lm_job import TokenReference  # local: only a decoder LM's run needs it
-
-        source = sources.open(req.source, req.source_options, say)
-        return source, TokenReference(source, req.eval_data, say), ()
-    start_workers(formats)
-    prepared = prepare(Plan(req, detect(req.source), (), False, {}), say, sources)
-    reference = SampleReference(prepared.source, prepared.samples, prepared.reference, req.output_kinds)
-    return prepared.source, reference, prepared.warnings
+                         prepared.warnings)
 
 
 def _run_reference(source: Source, samples) -> list[np.ndarray]:

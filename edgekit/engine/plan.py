@@ -11,7 +11,7 @@ from edgekit.converters.base import converters, node_of
 from edgekit.core.errors import BadInput
 from edgekit.core.formats import FORMATS, detect
 from edgekit.core.quant import Lack, Precision
-from edgekit.core.verify import JUDGED_AT, THRESHOLDS
+from edgekit.core.verify import JUDGED_AT
 from edgekit.engine.build import stem_of
 from edgekit.engine.graph import Graph, Route
 from edgekit.engine.request import ConvertRequest
@@ -26,7 +26,6 @@ class Plan:
     source_format: str
     routes: tuple[tuple[object, Route], ...]  # (edgekit.targets.Target, its route)
     calibrated: bool  # some route calibrates: calibration data is loaded
-    thresholds: dict
     warnings: tuple[str, ...] = ()
 
 
@@ -45,7 +44,6 @@ def resolve_targets(names: tuple[str, ...], source_format: str, precision: str, 
 
 def plan(req: ConvertRequest) -> Plan:
     """Every target's route, checked: the method, passes and layer overrides asked for exist on each."""
-    thresholds = {**THRESHOLDS.get(req.precision, {}), **req.thresholds, **{b.metric: b.limit for b in req.search.budgets}}
     source_format = detect(req.source)  # fail fast on a bad path, before loading anything heavy
     graph = Graph()
     converts_at = JUDGED_AT[FORMATS[source_format].judged_by]
@@ -77,7 +75,7 @@ def plan(req: ConvertRequest) -> Plan:
             raise BadInput(f"{req.precision} needs calibration data",
                            fix="pass --calib data.npz (a folder of .npy or images, or module:function); "
                                "--calib random works but is not representative")
-    return Plan(req, source_format, tuple(routes), calibrated, thresholds, tuple(warnings))
+    return Plan(req, source_format, tuple(routes), calibrated, tuple(warnings))
 
 
 def lack(route: Route, req: ConvertRequest) -> Lack | None:

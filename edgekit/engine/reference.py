@@ -17,7 +17,7 @@ Each kind gives its own thresholds for a precision and the words the progress li
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol
 
 from edgekit.calibration.data import SampleSet
@@ -48,6 +48,9 @@ class Reference(Protocol):
     def judge(self, artifact: ModelArtifact, thresholds: dict, asked: dict, tell: Progress) -> Verdict:
         """The artifact run in its runtime (loading only what it declares it needs) and judged."""
 
+    def run_by(self, runner: Runner) -> "Reference":
+        """This reference, running an artifact on samples through `runner` where it runs it on samples."""
+
 
 def verify(reference: Reference, artifact: ModelArtifact, target, thresholds: dict, asked: dict, say: Progress) -> Verdict:
     """`reference.judge` of the artifact `target` made or was given, its start and its verdict said as progress."""
@@ -61,6 +64,20 @@ def verify(reference: Reference, artifact: ModelArtifact, target, thresholds: di
 
 def _run(artifact: ModelArtifact, samples: SampleSet) -> tuple:
     return run_isolated(artifact, samples.inputs, inspect=True)
+
+
+def cached_runner() -> Runner:
+    """A Runner that runs each artifact on each set of samples once (an `auto` candidate verified on the held-out
+    samples the run also verifies on is not run again)."""
+    ran: dict = {}
+
+    def run(artifact: ModelArtifact, samples: SampleSet) -> tuple:
+        key = (artifact.path, id(samples))
+        if key not in ran:
+            ran[key] = _run(artifact, samples)
+        return ran[key]
+
+    return run
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,10 @@ class SampleReference:
     def unnamed_precision(self, inspection) -> str:
         """What its weights look like (int8, fp16 or fp32)."""
         return inspection.precision
+
+    def run_by(self, runner: Runner) -> "SampleReference":
+        """This reference with `runner`."""
+        return replace(self, runner=runner)
 
     def judge(self, artifact: ModelArtifact, thresholds: dict, asked: dict, tell: Progress) -> Verdict:
         """The artifact's outputs compared with the source's under `thresholds` as they apply to what it is

@@ -70,6 +70,11 @@ class ConvertRequest:
         return self.quant.for_backend(capabilities, method, smoothable)
 
     @property
+    def judged_at(self) -> dict:
+        """The thresholds the user set, and each budget as the threshold the verdict holds it to too."""
+        return {**self.thresholds, **{b.metric: b.limit for b in self.search.budgets}}
+
+    @property
     def chooses_on_held_out(self) -> bool:
         """Whether the run's choices (auto's method, the search's steps, and within a search the default
         recipe's method) are measured on calibration samples held out from calibration."""
