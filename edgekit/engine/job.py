@@ -11,6 +11,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from edgekit.calibration import smooth_quant
 from edgekit.core.artifact import CalibrationRecord, ModelArtifact
 from edgekit.engine.build import Intermediates, Progress, build, place
@@ -25,7 +27,6 @@ from edgekit.core.quant import CALIBRATION_PASSES, PASSES, Precision, QuantSpec
 from edgekit.core.quiet import captured
 from edgekit.converters.base import ConvertContext, Reuse
 from edgekit.core.results import ArtifactResult
-from edgekit.engine.isolation import run_isolated
 from edgekit.core.budgets import Budget
 from edgekit.core.errors import EdgekitError
 from edgekit.core.verify import METRICS, Status, compare, only_near_ties
@@ -40,12 +41,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class TargetJob(Choosing):
     """What one run's targets share to build and verify their artifacts: made once per run, `run` once per
-    target. `calib` is None for a float run, `selection` unless `auto`, a search or the default recipe (on a
-    backend with more than one default method) has to choose."""
+    target, for any source (what an artifact is judged against is the `Reference` `run` is given). `calib` is the
+    reference kind's calibration data (a decoder LM's: windows of tokens for GPTQ), None for a float run;
+    `selection` None unless `auto`, a search or the default recipe (on a backend with more than one default
+    method) has to choose."""
 
     source: Source
     req: ConvertRequest
-    calib: SampleSet | None
+    calib: SampleSet | np.ndarray | None
     selection: tuple | None  # (samples, their reference outputs) for auto, a search or the default's choice
     thresholds: dict
     out_dir: Path
