@@ -49,7 +49,7 @@ def test_overrides_parse_and_refuse_what_is_not_a_fallback():
 
 class _Layer:
     def __init__(self, layer, loss_db, gain_db=None):
-        self.layer, self.loss_db, self.gain_db = layer, loss_db, gain_db
+        self.layer, self.loss_db, self.gain_db, self.quantized = layer, loss_db, gain_db, True
 
 
 def _measure(effects: dict, shares: dict | None = None, noise: dict | None = None):
@@ -98,6 +98,19 @@ def test_measured_gains_rank_first_and_small_gains_are_no_candidates():
     # "stem" (gain 0.05 dB < MIN_GAIN_DB) is never tried even though it loses 20 dB; "head" has no gain: by its loss
     _best, record = Search((Budget("cosine", 0.999),), ("float",)).run(QuantSpec("int8"), _measure({})[0], lambda m: ranked)
     assert [s.layer for s in record.steps[1:]] == ["early", "late", "head"]
+
+
+def test_an_op_that_runs_float_already_is_ranked_but_never_tried():
+    """magika's written-out layer norms run float in its int8 model; a product doubles its inputs' error, so by the SQNR
+    it loses such an op ranked high, and the search spent a conversion on each (\"no change\"). It stays in the
+    ranking, marked, and is no candidate."""
+    traced = [Traced("conv", "Conv", "t1", ("x",), 40.0), Traced("norm", "Mul", "t2", ("t1",), quantized=False),
+              Traced("head", "Gemm", "t3", ("t2",), 40.0)]
+    ranked = rank(traced, {"x": 50.0, "t1": 40.0, "t2": 25.0, "t3": 24.0})
+    assert [(d.layer, d.quantized) for d in ranked] == [("norm", False), ("conv", True), ("head", True)]
+    assert from_json(to_json(ranked)) == ranked
+    _best, record = Search((Budget("cosine", 0.999),), ("float",)).run(QuantSpec("int8"), _measure({})[0], lambda m: ranked)
+    assert [s.layer for s in record.steps[1:]] == ["conv", "head"]
 
 
 def test_the_search_tries_the_cheaper_fallback_first_and_respects_the_floor_and_the_step_limit():

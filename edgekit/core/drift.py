@@ -44,6 +44,7 @@ class Traced:
     inputs: tuple[str, ...]  # keys of its activation inputs (not weights)
     weight_sqnr_db: float | None = None
     gain_db: float | None = None  # the outputs' SQNR gained with its layer alone kept float, where measured
+    quantized: bool = True  # False: the op reads no quantized tensor (it runs float already), where the tracer knows
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,16 @@ class LayerDrift:
     loss_db: float  # SQNR lost in this layer: worst input SQNR minus output SQNR
     weight_sqnr_db: float | None = None
     gain_db: float | None = None  # the outputs' SQNR gained with this layer alone kept float, where measured
+    # False: the op runs float already in the quantized model, reading no quantized tensor; what it "loses" is its
+    # inputs' error grown by its arithmetic (a product doubles it), and keeping it float changes nothing
+    quantized: bool = True
 
     def to_json(self) -> dict:
         """Every field by name, dB rounded to 3 decimals; the module's `from_json` reads it back."""
         return {"layer": self.layer, "op": self.op, "tensor": self.tensor, "sqnr_db": round(self.sqnr_db, 3),
                 "loss_db": round(self.loss_db, 3),
                 "weight_sqnr_db": None if self.weight_sqnr_db is None else round(self.weight_sqnr_db, 3),
-                "gain_db": None if self.gain_db is None else round(self.gain_db, 3)}
+                "gain_db": None if self.gain_db is None else round(self.gain_db, 3), "quantized": self.quantized}
 
     def text(self) -> str:
         """One line for people: the layer, what it loses, its output SQNR (and its weights' when known), and
@@ -122,7 +126,7 @@ def rank(traced: list[Traced], sqnr: dict[str, float]) -> list[LayerDrift]:
                 level[t.tensor] = min(known)
             continue
         out.append(LayerDrift(t.layer, t.op, t.tensor, sqnr[t.tensor], before - sqnr[t.tensor], t.weight_sqnr_db,
-                              t.gain_db))
+                              t.gain_db, t.quantized))
     return sorted(out, key=lambda d: (d.gain_db is None, -(d.gain_db or 0.0), -d.loss_db))
 
 
@@ -132,7 +136,7 @@ def to_json(layers: list[LayerDrift]) -> list[dict]:
 
 def from_json(rows: list[dict]) -> list[LayerDrift]:
     return [LayerDrift(r["layer"], r["op"], r["tensor"], r["sqnr_db"], r["loss_db"], r.get("weight_sqnr_db"),
-                       r.get("gain_db")) for r in rows]
+                       r.get("gain_db"), r.get("quantized", True)) for r in rows]
 
 
 def module_path_from_location(location: str) -> str | None:

@@ -210,7 +210,9 @@ def _traced(model, weights: dict[str, float]) -> list[Traced]:
                 weight = weights[b]
             elif name and name not in initializers and not _is_weight(name, produced_by_dq, initializers):
                 acts.append(b)
-        out.append(Traced(layer, node.op_type, _base(node.output[0]), tuple(acts), weight))
+        # an op that reads no dequantized tensor runs float already (a norm the quantizer left float)
+        reads_quantized = any(name in produced_by_dq for name in node.input)
+        out.append(Traced(layer, node.op_type, _base(node.output[0]), tuple(acts), weight, quantized=reads_quantized))
     return out
 
 
