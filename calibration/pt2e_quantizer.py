@@ -118,7 +118,9 @@ class EdgeQuantizer:
         self.add_fuses_clamp = add_fuses_clamp  # the lowering fuses add → clamp into one int8 kernel
         self.tables_uint8 = tables_uint8  # embedding tables uint8 per row: the form the runtime looks up directly
         self.source_fns = source_fns  # the backend finds adds, muls, cats and pools by the torch function they came from
-        self.conv1d_per_call = conv1d_per_call  # the backend runs a 1-D or depthwise conv on input quantized per call
+        # False: the backend quantizes per call only linears and 2-D convs reading several channels (XNNPACK), so a
+        # level path's 1-D convs are rewritten into those and the rest kept float
+        self.conv1d_per_call = conv1d_per_call
 
     def transform_for_annotation(self, model):
         """The graph rewritten in place before anything is annotated (scalar clamps as hardtanh, integer scalars
