@@ -60,7 +60,7 @@ class TorchToPte(Converter):
         # the re-exported int8 graph no longer names its modules: whether it is recurrent is the source's
         lowered, left_out = lower(program, recurrent=pte_partitions.is_recurrent(source.exported()))
         out_path.write_bytes(lowered.to_executorch(_backend_config(precision)).buffer)
-        kept = _kept_float(source.exported()) if precision.startswith("int8") else ()
+        kept = _kept_float(source.exported()) if precision in (Precision.INT8, Precision.INT8_DYNAMIC) else ()
         if precision == Precision.INT8 and ctx.calibration is not None:
             kept += tuple(note for note in pt2e.level_notes(source.exported().module(), ctx.calibration,
                                                             src.signature.input_names, "xnnpack")

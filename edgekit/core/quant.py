@@ -59,6 +59,12 @@ class Precision(StrEnum):
         return PRECISION_ALIASES[word]
 
     @property
+    def looks(self) -> str:
+        """What an inspection reads this precision's weights as (`Inspection.precision`): int8 for the int8 ones,
+        else its own name."""
+        return Precision.INT8.value if self in (Precision.INT8, Precision.INT8_DYNAMIC, Precision.INT8_WEIGHTS) else self.value
+
+    @property
     def weight_only(self) -> bool:
         """A decoder LM's weight-only precision (edgekit.sources.lm_decoder): weights int8 or int4, activations float."""
         return self in (Precision.INT8_WEIGHTS, Precision.INT4_WEIGHTS)

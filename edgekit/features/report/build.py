@@ -191,8 +191,7 @@ def _measure(path: Path, fmt: str) -> ArtifactSize:
     notes = []
     if named is not None:
         precision, source = named, "name"
-        base = "int8" if named.startswith("int8") else named
-        if base != inspected:
+        if Precision(named).looks != inspected:
             notes.append(f"named {named} but its weights look {inspected}")
     else:
         precision, source = inspected, "inspection"
