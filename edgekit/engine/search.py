@@ -60,7 +60,7 @@ DISCRETE = ("top1_agreement",)  # moves by whole samples
 
 def worth_keeping(ranked: list) -> list:
     """The ranked layers (edgekit.core.drift.LayerDrift) worth keeping back, in order: not the model's inputs nor
-    ops that run float already (magika's layer norms and activations: six of a search's eight steps changed
+    ops that run float already (magika's written-out layer norms: each cost a search a conversion that changed
     nothing), gaining at least MIN_GAIN_DB kept float where that was measured, else losing at least MIN_LOSS_DB."""
     return [d for d in ranked if not d.layer.startswith("input ") and d.quantized
             and (d.gain_db >= MIN_GAIN_DB if d.gain_db is not None else d.loss_db >= MIN_LOSS_DB)]
